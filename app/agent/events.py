@@ -1,0 +1,94 @@
+"""Typed events of one chat turn; encoders (SSE, AI SDK UI stream) turn them into bytes."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from app.memory.render import MemoryStatus
+
+ToolOutcome = Literal["staged", "rejected", "unavailable"]
+CommitOutcome = Literal["committed", "none", "failed"]
+FinishReason = Literal["stop", "length", "tool_limit"]
+
+
+@dataclass(frozen=True)
+class StartEvent:
+    conversation_id: str | None
+    turn_id: str
+    memory_status: MemoryStatus
+    name: Literal["start"] = "start"
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "conversation_id": self.conversation_id,
+            "turn_id": self.turn_id,
+            "memory": {"status": self.memory_status},
+        }
+
+
+@dataclass(frozen=True)
+class DeltaEvent:
+    text: str
+    name: Literal["delta"] = "delta"
+
+    def data(self) -> dict[str, Any]:
+        return {"text": self.text}
+
+
+@dataclass(frozen=True)
+class ToolEvent:
+    """After each memory tool call. Never carries memory content."""
+
+    outcome: ToolOutcome
+    operation_count: int
+    tool_name: str = "memory_update"
+    name: Literal["tool"] = "tool"
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "name": self.tool_name,
+            "outcome": self.outcome,
+            "operation_count": self.operation_count,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryEvent:
+    outcome: CommitOutcome
+    user_characters: int
+    memory_characters: int
+    name: Literal["memory"] = "memory"
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "user_characters": self.user_characters,
+            "memory_characters": self.memory_characters,
+        }
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    finish_reason: FinishReason
+    name: Literal["done"] = "done"
+
+    def data(self) -> dict[str, Any]:
+        return {"finish_reason": self.finish_reason}
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    code: str
+    message: str
+    name: Literal["error"] = "error"
+
+    def data(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message}
+
+
+TurnEvent = StartEvent | DeltaEvent | ToolEvent | MemoryEvent | DoneEvent | ErrorEvent
+
+
+def as_dict(event: TurnEvent) -> dict[str, Any]:
+    return {"event": event.name, **asdict(event)}

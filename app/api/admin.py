@@ -1,0 +1,5 @@
+"""Routes: admin (to be implemented)."""
+
+from fastapi import APIRouter
+
+router = APIRouter()

@@ -1,0 +1,5 @@
+"""Routes: chat (to be implemented)."""
+
+from fastapi import APIRouter
+
+router = APIRouter()

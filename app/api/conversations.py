@@ -1,0 +1,5 @@
+"""Routes: conversations (to be implemented)."""
+
+from fastapi import APIRouter
+
+router = APIRouter()

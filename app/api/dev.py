@@ -1,0 +1,5 @@
+"""Routes: dev (to be implemented)."""
+
+from fastapi import APIRouter
+
+router = APIRouter()

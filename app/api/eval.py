@@ -1,0 +1,5 @@
+"""Routes: eval (to be implemented)."""
+
+from fastapi import APIRouter
+
+router = APIRouter()

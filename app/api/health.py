@@ -1,0 +1,5 @@
+"""Routes: health (to be implemented)."""
+
+from fastapi import APIRouter
+
+router = APIRouter()

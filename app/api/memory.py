@@ -1,0 +1,5 @@
+"""Routes: memory (to be implemented)."""
+
+from fastapi import APIRouter
+
+router = APIRouter()

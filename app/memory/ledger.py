@@ -1,0 +1,42 @@
+"""The request-local staging ledger: the memory tool edits this, never the database."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from app.memory.rules import Operation, Snapshot, apply_operations
+
+Batch = tuple[Operation, ...]
+
+
+@dataclass
+class MemoryLedger:
+    """Staged state for one turn. Each tool call is kept as its own batch so that the commit
+    replays exactly what was validated, batch by batch, on the latest stored snapshot."""
+
+    snapshot: Snapshot
+    batches: list[Batch] = field(default_factory=list)
+
+    @property
+    def operations(self) -> list[Operation]:
+        return [operation for batch in self.batches for operation in batch]
+
+    @property
+    def staged(self) -> bool:
+        return bool(self.batches)
+
+
+def stage_operations(ledger: MemoryLedger, operations: Sequence[Operation]) -> Snapshot:
+    """Validate a batch against the staged state; a rejected batch leaves the ledger untouched."""
+    updated = apply_operations(ledger.snapshot, operations)
+    ledger.snapshot = updated
+    ledger.batches.append(tuple(operations))
+    return updated
+
+
+def replay(snapshot: Snapshot, batches: Sequence[Sequence[Operation]]) -> Snapshot:
+    """Re-apply staged batches, in order, to a (newer) snapshot."""
+    for batch in batches:
+        snapshot = apply_operations(snapshot, batch)
+    return snapshot

@@ -1,0 +1,55 @@
+"""Rendering memory for the prompt and for the API: the block the model sees and the counts users see."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from app.memory import scanning
+from app.memory.rules import LIMITS, SEPARATOR, Snapshot, Target
+
+MemoryStatus = Literal["available", "unavailable", "disabled"]
+
+OPEN_TAG = "<persistent_memory_data>"
+CLOSE_TAG = "</persistent_memory_data>"
+BLOCKED_PLACEHOLDER = "[entry withheld: it failed the safety scan; the user can review it]"
+HEADINGS: dict[Target, str] = {"user": "USER PROFILE", "memory": "AGENT MEMORY"}
+
+
+def usage_line(snapshot: Snapshot, target: Target) -> str:
+    used, limit = snapshot.characters(target), LIMITS[target]
+    return f"{HEADINGS[target]} [{used * 100 // limit}% - {used}/{limit} characters]"
+
+
+def prompt_entries(snapshot: Snapshot, target: Target) -> tuple[str, ...]:
+    """Stored entries as the model may see them: a blocked entry stays stored but is withheld."""
+    return tuple(
+        BLOCKED_PLACEHOLDER if scanning.is_blocked(entry) else entry
+        for entry in snapshot.entries(target)
+    )
+
+
+def render_section(snapshot: Snapshot, target: Target) -> str:
+    body = SEPARATOR.join(prompt_entries(snapshot, target))
+    return usage_line(snapshot, target) + ("\n" + body if body else "")
+
+
+def render_block(snapshot: Snapshot) -> str:
+    """The complete memory block, exactly as the design shows it."""
+    sections = "\n\n".join(render_section(snapshot, target) for target in ("user", "memory"))
+    return f"{OPEN_TAG}\n{sections}\n{CLOSE_TAG}"
+
+
+def usage(snapshot: Snapshot) -> dict[str, int]:
+    return {
+        "user_characters": snapshot.characters("user"),
+        "memory_characters": snapshot.characters("memory"),
+    }
+
+
+def document(snapshot: Snapshot, target: Target) -> dict[str, object]:
+    """One store as the API reports it."""
+    return {
+        "entries": list(snapshot.entries(target)),
+        "characters": snapshot.characters(target),
+        "limit": LIMITS[target],
+    }

@@ -1,0 +1,295 @@
+"""The memory state machine: pure validation and application of ordered edit batches.
+
+Nothing here touches storage, the network or logging; the service and the tool both call
+`apply_operations`, so the rules hold the same way for the model and for the user.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from app.memory import scanning
+
+Target = Literal["user", "memory"]
+Action = Literal["add", "replace", "remove"]
+
+TARGETS: tuple[Target, ...] = get_args(Target)
+ACTIONS: tuple[Action, ...] = get_args(Action)
+LIMITS: dict[str, int] = {"user": 1_375, "memory": 2_200}
+SEPARATOR = "\n§\n"
+SCHEMA_VERSION = 1
+MAX_OPERATIONS = 20
+OPERATION_FIELDS = frozenset({"target", "action", "match", "content"})
+
+_RESERVED_TAG = re.compile(r"<\s*/?\s*persistent_memory_data\s*>", re.IGNORECASE)
+
+ErrorCode = Literal[
+    "invalid_operation",
+    "match_not_found",
+    "match_ambiguous",
+    "duplicate_entry",
+    "forbidden_content",
+    "unsafe_content",
+    "capacity_exceeded",
+]
+
+
+class MemoryValidationError(ValueError):
+    """A proposed edit breaks a rule; the message is written for the model that will read it."""
+
+    def __init__(self, message: str, *, code: ErrorCode = "invalid_operation") -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    user: tuple[str, ...] = ()
+    memory: tuple[str, ...] = ()
+
+    def entries(self, target: Target) -> tuple[str, ...]:
+        return self.user if target == "user" else self.memory
+
+    def characters(self, target: Target) -> int:
+        return rendered_length(self.entries(target))
+
+
+@dataclass(frozen=True)
+class Operation:
+    target: Target
+    action: Action
+    match: str | None = None
+    content: str | None = None
+
+
+def rendered_length(entries: Sequence[str]) -> int:
+    """Characters of the stored document: entries joined by the separator, delimiters counted."""
+    return len(SEPARATOR.join(entries))
+
+
+# -- normalization ------------------------------------------------------------------------
+
+
+def normalize_text(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n").strip()
+
+
+def normalize_entry(content: str | None) -> str:
+    if content is None:
+        raise MemoryValidationError("content is required for this action.")
+    entry = normalize_text(content)
+    for check in _ENTRY_CHECKS:
+        check(entry)
+    return entry
+
+
+def normalize_match(match: str | None) -> str:
+    if match is None:
+        raise MemoryValidationError("match is required for replace and remove.")
+    text = normalize_text(match)
+    if not text:
+        raise MemoryValidationError("match must not be empty: quote part of the entry to change.")
+    return text
+
+
+# -- entry checks: an ordered pipeline of named steps --------------------------------------
+
+
+def _reject_empty(entry: str) -> None:
+    if not entry:
+        raise MemoryValidationError("The entry is empty: write the fact to remember.")
+
+
+def _reject_delimiter(entry: str) -> None:
+    if SEPARATOR in entry or any(line.strip() == "§" for line in entry.split("\n")):
+        raise MemoryValidationError(
+            "The entry contains the entry delimiter (a line holding only '§'): "
+            "write one fact per entry.",
+            code="forbidden_content",
+        )
+
+
+def _reject_control_characters(entry: str) -> None:
+    for char in entry:
+        if char != "\n" and unicodedata.category(char) == "Cc":
+            raise MemoryValidationError(
+                f"The entry contains a control character (U+{ord(char):04X}); "
+                "only plain text and newlines are allowed.",
+                code="forbidden_content",
+            )
+
+
+def _reject_reserved_tags(entry: str) -> None:
+    if _RESERVED_TAG.search(unicodedata.normalize("NFKC", entry)):
+        raise MemoryValidationError(
+            "The entry contains the reserved tag <persistent_memory_data>, "
+            "which delimits memory in the prompt.",
+            code="forbidden_content",
+        )
+
+
+def _reject_threats(entry: str) -> None:
+    threat = scanning.scan(entry)
+    if threat is not None:
+        raise MemoryValidationError(
+            f"Blocked ({threat.category}): {threat.reason}. "
+            "Memory holds plain facts, never instructions, secrets or commands.",
+            code="unsafe_content",
+        )
+
+
+_ENTRY_CHECKS = (
+    _reject_empty,
+    _reject_delimiter,
+    _reject_control_characters,
+    _reject_reserved_tags,
+    _reject_threats,
+)
+
+
+# -- operation contract --------------------------------------------------------------------
+
+
+def check_fields(operation: Operation) -> None:
+    """add needs content and no match; replace needs both; remove needs match and no content."""
+    if operation.target not in TARGETS:
+        raise MemoryValidationError(
+            f"Unknown target {operation.target!r}: use 'user' or 'memory'."
+        )
+    if operation.action not in ACTIONS:
+        raise MemoryValidationError(
+            f"Unknown action {operation.action!r}: use 'add', 'replace' or 'remove'."
+        )
+    needs_match = operation.action in ("replace", "remove")
+    needs_content = operation.action in ("add", "replace")
+    if needs_match and operation.match is None:
+        raise MemoryValidationError(f"{operation.action} requires match.")
+    if not needs_match and operation.match is not None:
+        raise MemoryValidationError("add forbids match: use replace to change an entry.")
+    if needs_content and operation.content is None:
+        raise MemoryValidationError(f"{operation.action} requires content (the complete entry).")
+    if not needs_content and operation.content is not None:
+        raise MemoryValidationError("remove forbids content.")
+
+
+def find_index(entries: Sequence[str], match: str) -> int:
+    """The one entry `match` identifies: a whole-entry match wins, else a unique substring."""
+    exact = [index for index, entry in enumerate(entries) if entry == match]
+    if len(exact) == 1:
+        return exact[0]
+    found = [index for index, entry in enumerate(entries) if match in entry]
+    if not found:
+        raise MemoryValidationError(
+            "The match identifies no entry: quote a substring of the entry exactly.",
+            code="match_not_found",
+        )
+    if len(found) > 1:
+        raise MemoryValidationError(
+            f"The match identifies {len(found)} entries: quote a longer substring that "
+            "appears in exactly one entry.",
+            code="match_ambiguous",
+        )
+    return found[0]
+
+
+def _apply_one(entries: list[str], operation: Operation) -> None:
+    if operation.action == "add":
+        entry = normalize_entry(operation.content)
+        if entry not in entries:
+            entries.append(entry)
+        return
+    index = find_index(entries, normalize_match(operation.match))
+    if operation.action == "remove":
+        del entries[index]
+        return
+    entry = normalize_entry(operation.content)
+    if any(other == entry for position, other in enumerate(entries) if position != index):
+        raise MemoryValidationError(
+            "The replacement duplicates another entry: remove this entry instead.",
+            code="duplicate_entry",
+        )
+    entries[index] = entry
+
+
+def validate_capacity(snapshot: Snapshot) -> None:
+    for target in TARGETS:
+        used, limit = snapshot.characters(target), LIMITS[target]
+        if used > limit:
+            raise MemoryValidationError(
+                f"The {target} store would hold {used:,}/{limit:,} characters: "
+                "remove or shorten entries in the same call.",
+                code="capacity_exceeded",
+            )
+
+
+def apply_operations(snapshot: Snapshot, operations: Sequence[Operation]) -> Snapshot:
+    """Apply an ordered batch; each step sees the previous result; capacity is checked last."""
+    if not operations:
+        raise MemoryValidationError("operations must hold at least one operation.")
+    if len(operations) > MAX_OPERATIONS:
+        raise MemoryValidationError(
+            f"operations holds {len(operations)} items; at most {MAX_OPERATIONS} are allowed."
+        )
+    entries: dict[Target, list[str]] = {
+        "user": list(snapshot.user),
+        "memory": list(snapshot.memory),
+    }
+    for position, operation in enumerate(operations, start=1):
+        try:
+            check_fields(operation)
+            _apply_one(entries[operation.target], operation)
+        except MemoryValidationError as error:
+            prefix = f"Operation {position} ({operation.action} on {operation.target}): "
+            raise MemoryValidationError(prefix + error.message, code=error.code) from None
+    updated = Snapshot(user=tuple(entries["user"]), memory=tuple(entries["memory"]))
+    validate_capacity(updated)
+    return updated
+
+
+def parse_operations(payload: object) -> list[Operation]:
+    """Untrusted JSON (tool arguments or an API body) to operations; unknown fields are refused."""
+    if not isinstance(payload, Mapping):
+        raise MemoryValidationError("Arguments must be an object with an 'operations' array.")
+    unknown = sorted(set(payload) - {"operations"})
+    if unknown:
+        raise MemoryValidationError(
+            f"Unknown argument(s) {', '.join(map(repr, unknown))}: only 'operations' is accepted. "
+            "The memory owner is never an argument."
+        )
+    raw = payload.get("operations")
+    if not isinstance(raw, list):
+        raise MemoryValidationError("'operations' must be an array of 1 to 20 operations.")
+    if not 1 <= len(raw) <= MAX_OPERATIONS:
+        raise MemoryValidationError(
+            f"'operations' holds {len(raw)} items; send 1 to {MAX_OPERATIONS}."
+        )
+    return [_parse_one(position, item) for position, item in enumerate(raw, start=1)]
+
+
+def _parse_one(position: int, item: object) -> Operation:
+    where = f"Operation {position}: "
+    if not isinstance(item, Mapping):
+        raise MemoryValidationError(where + "each operation must be an object.")
+    unknown = sorted(set(item) - OPERATION_FIELDS)
+    if unknown:
+        raise MemoryValidationError(
+            where + f"unknown field(s) {', '.join(map(repr, unknown))}; "
+            "allowed: target, action, match, content."
+        )
+    target, action = item.get("target"), item.get("action")
+    if target not in TARGETS:
+        raise MemoryValidationError(where + f"target must be 'user' or 'memory', not {target!r}.")
+    if action not in ACTIONS:
+        raise MemoryValidationError(
+            where + f"action must be 'add', 'replace' or 'remove', not {action!r}."
+        )
+    match, content = item.get("match"), item.get("content")
+    for name, value in (("match", match), ("content", content)):
+        if value is not None and not isinstance(value, str):
+            raise MemoryValidationError(where + f"{name} must be a string or null.")
+    return Operation(target=target, action=action, match=match, content=content)

@@ -1,0 +1,147 @@
+"""The memory write path's owner: serializable transactions, bounded retries, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine
+
+from app.db.engine import SQLITE_IMMEDIATE
+from app.db.locking import is_retryable, is_unique_violation
+from app.memory import repository
+from app.memory.ledger import replay
+from app.memory.repository import CancelCheck, check_cancel
+from app.memory.rules import Operation, Snapshot, Target
+
+MAX_ATTEMPTS = 3
+BACKOFF_SECONDS = 0.02
+
+Batches = Sequence[Sequence[Operation]]
+
+
+class MemoryUnavailableError(RuntimeError):
+    """Memory could not be read: callers fail open for reads and closed for writes."""
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    snapshot: Snapshot
+    changed: tuple[Target, ...]
+    retry_count: int
+    duration_ms: float
+
+
+def _never() -> bool:
+    return False
+
+
+class MemoryService:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_attempts: int = MAX_ATTEMPTS,
+        backoff_seconds: float = BACKOFF_SECONDS,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.engine = engine
+        self.max_attempts = max_attempts
+        self.backoff_seconds = backoff_seconds
+        self._sleep = sleep
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def read(self, user_id: str) -> Snapshot:
+        """The latest committed snapshot; any failure becomes MemoryUnavailableError."""
+        try:
+            with self.engine.connect() as connection, connection.begin():
+                return repository.load_snapshot(connection, user_id)
+        except Exception as error:
+            raise MemoryUnavailableError(type(error).__name__) from error
+
+    async def read_async(self, user_id: str) -> Snapshot:
+        return await asyncio.to_thread(self.read, user_id)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def _write_connection(self) -> Connection:
+        connection = self.engine.connect()
+        if connection.dialect.name == "sqlite":
+            return connection.execution_options(**{SQLITE_IMMEDIATE: True})
+        return connection.execution_options(isolation_level="SERIALIZABLE")
+
+    def _commit_once(
+        self, user_id: str, batches: Batches, should_cancel: CancelCheck
+    ) -> tuple[Snapshot, tuple[Target, ...]]:
+        with self._write_connection() as connection, connection.begin():
+            check_cancel(should_cancel, "before the query")
+            current = repository.load_snapshot(connection, user_id, lock=True)
+            updated = replay(current, batches)
+            check_cancel(should_cancel, "before persistence")
+            changed = repository.persist_changed_rows(connection, user_id, current, updated)
+            check_cancel(should_cancel, "before the transaction ended")
+        return updated, tuple(changed)
+
+    def commit_operations(
+        self,
+        user_id: str,
+        batches: Batches,
+        should_cancel: CancelCheck = _never,
+    ) -> CommitResult:
+        """Apply staged batches to the latest stored snapshot in one serializable transaction.
+
+        Only recognised deadlock/serialization failures (and the first-insert race) are
+        retried, replaying the whole transaction; validation errors and unknown failures are not.
+        """
+        started = time.perf_counter()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                updated, changed = self._commit_once(user_id, batches, should_cancel)
+            except Exception as error:
+                retryable = is_retryable(error) or is_unique_violation(error)
+                if not retryable or attempt >= self.max_attempts or should_cancel():
+                    raise
+                self._sleep(self.backoff_seconds * attempt * (0.5 + random.random()))
+                continue
+            return CommitResult(
+                snapshot=updated,
+                changed=changed,
+                retry_count=attempt - 1,
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )
+
+    async def commit_in_worker(
+        self, user_id: str, batches: Batches, cancel_event: threading.Event
+    ) -> CommitResult:
+        """Run the commit in a worker thread; cancellation reaches it through `cancel_event`.
+
+        The shield keeps this task waiting for the worker, so the repository, not the event
+        loop, makes the final rollback decision inside the transaction.
+        """
+        worker = asyncio.ensure_future(
+            asyncio.to_thread(
+                self.commit_operations, user_id, batches, should_cancel=cancel_event.is_set
+            )
+        )
+        try:
+            return await asyncio.shield(worker)
+        except asyncio.CancelledError:
+            cancel_event.set()
+            await asyncio.wait([worker])
+            if not worker.cancelled():
+                worker.exception()  # retrieved: the rollback is the expected outcome
+            raise
+
+    def forget(self, user_id: str) -> int:
+        with self.engine.connect() as connection, connection.begin():
+            return repository.delete_all(connection, user_id)
+
+    async def forget_async(self, user_id: str) -> int:
+        return await asyncio.to_thread(self.forget, user_id)

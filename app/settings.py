@@ -1,0 +1,118 @@
+"""One typed settings class, read from the environment (and an optional .env)."""
+
+from __future__ import annotations
+
+import secrets
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIN_DEV_SECRET = 32
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
+
+    # Storage
+    database_url: str = "sqlite:///./data/agent_memory.db"
+
+    # Identity
+    auth_mode: Literal["dev", "oidc"] = "dev"
+    auth_dev_secret: SecretStr | None = None
+    auth_dev_secret_file: Path = Path("./data/dev-secret")
+    auth_dev_token_ttl_seconds: int = Field(default=3600, ge=60, le=7 * 24 * 3600)
+    auth_jwks_url: str | None = None
+    auth_issuer: str | None = None
+    auth_audience: str | None = None
+    auth_algorithms: tuple[str, ...] = ("RS256", "ES256")
+    auth_leeway_seconds: int = Field(default=30, ge=0, le=300)
+
+    # Evaluation route
+    eval_api_key: SecretStr | None = None
+
+    # Model
+    llm_base_url: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_model: str = "offline-memory-1"
+    llm_fallback_model: str | None = None
+    llm_timeout_seconds: float = Field(default=60.0, gt=0, le=600)
+    llm_max_rounds: int = Field(default=6, ge=1, le=20)
+    llm_max_tokens: int | None = Field(default=None, ge=1)
+    offline_model_delay_ms: int = Field(default=15, ge=0, le=5000)
+    turn_timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
+
+    # Memory and prompts
+    memory_enabled: bool = False
+    flag_cache_seconds: float = Field(default=3.0, ge=0, le=60)
+    prompt_version: str = Field(default="v1", pattern=r"^v\d+$")
+    eval_prompt_version: str = Field(default="v1", pattern=r"^v\d+$")
+    history_messages: int = Field(default=20, ge=0, le=200)
+    max_message_chars: int = Field(default=32_000, ge=1, le=200_000)
+
+    # Telemetry
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    log_format: Literal["json", "console"] = "json"
+    telemetry_capture_content: bool = False
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("llm_base_url", "auth_jwks_url", "auth_issuer", "auth_audience",
+                     "llm_fallback_model", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _check_auth(self) -> Settings:
+        if self.auth_mode == "oidc":
+            missing = [
+                name
+                for name, value in (
+                    ("AUTH_JWKS_URL", self.auth_jwks_url),
+                    ("AUTH_ISSUER", self.auth_issuer),
+                    ("AUTH_AUDIENCE", self.auth_audience),
+                )
+                if not value
+            ]
+            if missing:
+                raise ValueError(f"AUTH_MODE=oidc needs {', '.join(missing)}")
+            weak = [alg for alg in self.auth_algorithms if alg.startswith("HS") or alg == "none"]
+            if weak:
+                raise ValueError(f"AUTH_MODE=oidc accepts asymmetric algorithms only, not {weak}")
+            if self.auth_dev_secret is not None:
+                raise ValueError("AUTH_DEV_SECRET must not be set outside AUTH_MODE=dev")
+        secret = self.auth_dev_secret
+        if secret is not None and len(secret.get_secret_value()) < MIN_DEV_SECRET:
+            raise ValueError(f"AUTH_DEV_SECRET must be at least {MIN_DEV_SECRET} characters")
+        return self
+
+    @property
+    def offline_model(self) -> bool:
+        return self.llm_base_url is None
+
+    def with_dev_secret(self) -> Settings:
+        """In dev mode without a configured secret, use (or create) one kept in a local file."""
+        if self.auth_mode != "dev" or self.auth_dev_secret is not None:
+            return self
+        path = self.auth_dev_secret_file
+        if path.exists():
+            value = path.read_text().strip()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            value = secrets.token_urlsafe(48)
+            path.write_text(value + "\n")
+            path.chmod(0o600)
+        if len(value) < MIN_DEV_SECRET:
+            raise ValueError(f"{path} holds a dev secret shorter than {MIN_DEV_SECRET} characters")
+        return self.model_copy(update={"auth_dev_secret": SecretStr(value)})
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings().with_dev_secret()

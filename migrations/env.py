@@ -1,0 +1,36 @@
+"""Alembic environment: uses the connection handed in by app.db.migrate, or the configured URL."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import Connection
+
+from app.db.engine import build_engine
+from app.db.schema import metadata
+
+config = context.config
+
+
+def run(connection: Connection) -> None:
+    context.configure(connection=connection, target_metadata=metadata, compare_type=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        run(connection)
+        return
+    engine = build_engine(config.get_main_option("sqlalchemy.url") or "")
+    with engine.begin() as own:
+        run(own)
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=metadata)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    run_online()

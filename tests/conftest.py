@@ -1,0 +1,78 @@
+"""Shared fixtures: real databases, network guard. See tests/support for the helpers."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from tests.support.databases import mariadb_database, migrated_engine, postgres_database, wipe
+
+BACKENDS = ["sqlite", "postgres", "mariadb"]
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail any test that reaches a host outside loopback (a real model, a real IdP...)."""
+    original = socket.socket.connect
+
+    def guarded(self: socket.socket, address: Any) -> Any:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            host = address[0]
+            try:
+                loopback = ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                loopback = host == "localhost"
+            if not loopback:
+                raise AssertionError(f"test tried to reach {host}: only loopback is allowed")
+        return original(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    with postgres_database() as url:
+        migrated_engine(url).dispose()
+        yield url
+
+
+@pytest.fixture(scope="session")
+def mariadb_url() -> Iterator[str]:
+    with mariadb_database() as url:
+        migrated_engine(url).dispose()
+        yield url
+
+
+@pytest.fixture(scope="session")
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = Path(tmp_path_factory.mktemp("sqlite")) / "test.db"
+    url = f"sqlite:///{path}"
+    migrated_engine(url).dispose()
+    return url
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
+def db_url(request: pytest.FixtureRequest) -> str:
+    """Each database-facing test runs on SQLite, PostgreSQL and MariaDB."""
+    return str(request.getfixturevalue(f"{request.param}_url"))
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    """A migrated engine on an emptied database."""
+    engine = migrated_engine(db_url)
+    wipe(engine)
+    yield engine
+    engine.dispose()

@@ -1,0 +1,89 @@
+"""Real databases for tests: one private database per test session on each server.
+
+Tests never mock a database. PostgreSQL and MariaDB must be running (the test command starts
+them); when one is not, the tests that need it fail with a clear message instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine, create_engine, text
+
+from app.db.engine import build_engine
+from app.db.migrate import upgrade
+from app.db.schema import metadata
+
+PG_ADMIN_URL = os.environ.get(
+    "TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+MARIADB_ADMIN_URL = os.environ.get("TEST_MARIADB_ADMIN_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+
+
+def _unique_name() -> str:
+    return f"amt_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+
+
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    name = _unique_name()
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as error:  # pragma: no cover - environment problem, reported loudly
+        raise RuntimeError(
+            f"PostgreSQL is not reachable at {PG_ADMIN_URL}: start it (scripts/test does)"
+        ) from error
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        yield url
+    finally:
+        with admin.connect() as connection:
+            connection.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :name AND pid <> pg_backend_pid()"
+                ),
+                {"name": name},
+            )
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+@contextmanager
+def mariadb_database() -> Iterator[str]:
+    name = _unique_name()
+    admin = create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(
+                text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+            )
+    except Exception as error:  # pragma: no cover
+        raise RuntimeError(
+            f"MariaDB is not reachable at {MARIADB_ADMIN_URL}: start it (scripts/test does)"
+        ) from error
+    url = MARIADB_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}?charset=utf8mb4"
+    try:
+        yield url
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+        admin.dispose()
+
+
+def migrated_engine(url: str) -> Engine:
+    engine = build_engine(url)
+    upgrade(engine)
+    return engine
+
+
+def wipe(engine: Engine) -> None:
+    """Empty every application table (children first), keeping the schema and its version."""
+    with engine.begin() as connection:
+        for table in reversed(metadata.sorted_tables):
+            connection.execute(table.delete())
