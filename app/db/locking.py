@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Select, select
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Connection, Select, select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from app.db.schema import agent_memory
@@ -74,3 +77,33 @@ def is_unique_violation(error: BaseException) -> bool:
         return True
     return "unique constraint failed" in str(error.orig).lower()
 
+
+
+@contextmanager
+def writer_queue(connection: Connection, user_id: str) -> Iterator[None]:
+    """Queue one user's writers before their transaction takes its snapshot (PostgreSQL only).
+
+    At SERIALIZABLE, a PostgreSQL writer that waits on `FOR UPDATE` for a row another writer
+    then commits fails with 40001 instead of reading the new version; with a few concurrent
+    turns for one user, three attempts would not be enough. A session-level advisory lock,
+    taken and committed before the serializable transaction begins, makes each writer's
+    snapshot start after the previous writer's commit. Other dialects' locking reads already
+    see the latest committed rows, so they need no queue.
+    """
+    if connection.dialect.name != "postgresql":
+        yield
+        return
+    key = {"user_id": user_id}
+    connection.execute(text("SELECT pg_advisory_lock(hashtextextended(:user_id, 0))"), key)
+    connection.commit()
+    try:
+        yield
+    finally:
+        try:
+            connection.execute(
+                text("SELECT pg_advisory_unlock(hashtextextended(:user_id, 0))"), key
+            )
+            connection.commit()
+        except Exception:
+            # A broken session cannot be reused; discarding it releases its advisory locks.
+            connection.invalidate()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine
 
 from app.db.engine import SQLITE_IMMEDIATE
-from app.db.locking import is_retryable, is_unique_violation
+from app.db.locking import is_retryable, is_unique_violation, writer_queue
 from app.memory import repository
 from app.memory.ledger import replay
 from app.memory.repository import CancelCheck, check_cancel
@@ -78,13 +78,14 @@ class MemoryService:
     def _commit_once(
         self, user_id: str, batches: Batches, should_cancel: CancelCheck
     ) -> tuple[Snapshot, tuple[Target, ...]]:
-        with self._write_connection() as connection, connection.begin():
-            check_cancel(should_cancel, "before the query")
-            current = repository.load_snapshot(connection, user_id, lock=True)
-            updated = replay(current, batches)
-            check_cancel(should_cancel, "before persistence")
-            changed = repository.persist_changed_rows(connection, user_id, current, updated)
-            check_cancel(should_cancel, "before the transaction ended")
+        with self._write_connection() as connection, writer_queue(connection, user_id):
+            with connection.begin():
+                check_cancel(should_cancel, "before the query")
+                current = repository.load_snapshot(connection, user_id, lock=True)
+                updated = replay(current, batches)
+                check_cancel(should_cancel, "before persistence")
+                changed = repository.persist_changed_rows(connection, user_id, current, updated)
+                check_cancel(should_cancel, "before the transaction ended")
         return updated, tuple(changed)
 
     def commit_operations(
