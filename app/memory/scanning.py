@@ -52,7 +52,8 @@ _SECRET_NAME = r"\w*(key|token|secret|passw(or)?d|pwd|credential|auth)\w*"
 _EXFILTRATION = [
     (r"\b(curl|wget)\b[^\n]*\$\{?" + _SECRET_NAME,
      "it sends a secret-named variable over the network"),
-    (r"(^|[\s/~'\"])\.(env|netrc|pgpass|npmrc|pypirc|git-credentials)\b",
+    (r"(^|[\s/~'\"])\.(env(?!\.(example|sample|template|dist)\b)|netrc|pgpass|npmrc|pypirc|"
+     r"git-credentials)\b",
      "it refers to a credentials file"),
     (r"(\.aws/credentials|\.docker/config\.json|\bcredentials\.json\b)",
      "it refers to a credentials file"),
@@ -63,6 +64,10 @@ _EXFILTRATION = [
      "it tells the model to send data to an outside address"),
 ]
 
+_SECRET_FIELD = (
+    r"\b(password|passwd|pwd|passphrase|secret|api[_-]?key|access[_-]?token|auth[_-]?token|"
+    r"client[_-]?secret|token)\b"
+)
 _SECRETS = [
     (r"\bsk-(proj-|live-|test-|ant-)?[A-Za-z0-9_-]{16,}", "an API key"),
     (r"\b(sk|rk|pk)_(live|test)_[A-Za-z0-9]{16,}", "an API key"),
@@ -70,13 +75,17 @@ _SECRETS = [
     (r"\bAIza[0-9A-Za-z_-]{35}\b", "an API key"),
     (r"\bgh[pousr]_[A-Za-z0-9]{30,}\b", "an access token"),
     (r"\bgithub_pat_[A-Za-z0-9_]{30,}\b", "an access token"),
-    (r"\b(glpat|hf|npm)_[A-Za-z0-9_-]{20,}\b", "an access token"),
+    (r"\b(glpat-|hf_|npm_)[A-Za-z0-9_-]{20,}", "an access token"),  # GitLab uses a hyphen
     (r"\bxox[abposr]-[A-Za-z0-9-]{10,}", "an access token"),
     (r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", "a signed token"),
     (r"\bbearer\s+[A-Za-z0-9._~+/=-]{20,}", "a bearer token"),
     (r"-----BEGIN\s+([A-Z]+\s+)*PRIVATE\s+KEY( BLOCK)?-----", "a private key"),
-    (r"\b(password|passwd|pwd|passphrase|secret|api[_-]?key|access[_-]?token|auth[_-]?token|"
-     r"client[_-]?secret|token)\b\s*[:=]\s*['\"]?[^\s'\"]{4,}", "a password or key assignment"),
+    (_SECRET_FIELD + r"\s*=\s*['\"]?[^\s'\"]{4,}", "a password or key assignment"),
+    (_SECRET_FIELD + r"\s*:\s*['\"][^\s'\"]{4,}", "a password or key assignment"),
+    # "Password: rotated monthly" is prose; an unquoted value after a colon counts as a secret
+    # only when it has the digits or symbols that a real credential carries.
+    (_SECRET_FIELD + r"\s*:\s*(?=[^\s'\"]*[\d_\-!@#$%^&*+/=])[^\s'\"]{4,}",
+     "a password or key assignment"),
 ]
 
 
