@@ -8,15 +8,23 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.api import admin, chat, conversations, dev, errors, eval, health, memory
+from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from app.runtime import build_runtime
-from app.settings import Settings, get_settings
+from app.settings import Settings, SettingsError, get_settings
+
+DEFAULT_MAX_REQUEST_BYTES: int = Settings.model_fields["max_request_bytes"].default
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        resolved = (settings or get_settings()).with_dev_secret()
-        runtime = build_runtime(resolved)
+        try:
+            resolved = (settings or get_settings()).with_dev_secret()
+            runtime = build_runtime(resolved)
+        except SettingsError:
+            raise
+        except (OSError, ValueError) as error:
+            raise SettingsError(f"Invalid settings: {error}") from None
         app.state.runtime = runtime
         try:
             yield
@@ -31,6 +39,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     for module in (health, dev, memory, admin, chat, eval, conversations):
         app.include_router(module.router)
+
+    def max_request_bytes() -> int:
+        # Settings are resolved in the lifespan, after the middleware stack exists.
+        runtime = getattr(app.state, "runtime", None)
+        return runtime.settings.max_request_bytes if runtime else DEFAULT_MAX_REQUEST_BYTES
+
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_bytes)
+    app.add_middleware(RequestIdMiddleware)  # outermost: even a 413 carries the request id
     return app
 
 

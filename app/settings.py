@@ -5,12 +5,18 @@ from __future__ import annotations
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MIN_DEV_SECRET = 32
+# Asymmetric algorithms only: an HS* entry would let a token signed with the public key pass.
+OIDC_ALGORITHMS = frozenset({"RS256", "ES256"})
+
+
+class SettingsError(ValueError):
+    """The configuration cannot start the service; the message names every offending setting."""
 
 
 class Settings(BaseSettings):
@@ -27,8 +33,16 @@ class Settings(BaseSettings):
     auth_jwks_url: str | None = None
     auth_issuer: str | None = None
     auth_audience: str | None = None
-    auth_algorithms: tuple[str, ...] = ("RS256", "ES256")
+    auth_algorithms: Annotated[tuple[str, ...], NoDecode] = ("RS256", "ES256")
     auth_leeway_seconds: int = Field(default=30, ge=0, le=300)
+    auth_jwks_cache_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    # PyJWKClient refetches on an unknown `kid` at most once per cooldown (a flood of made-up
+    # kids must not become a flood of requests to the identity provider).
+    auth_jwks_refresh_cooldown_seconds: float = Field(default=30.0, ge=0, le=3600)
+    auth_jwks_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
+
+    # HTTP
+    max_request_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
 
     # Evaluation route
     eval_api_key: SecretStr | None = None
@@ -62,6 +76,14 @@ class Settings(BaseSettings):
     def _upper_level(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
+    @field_validator("auth_algorithms", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        # AUTH_ALGORITHMS=RS256,ES256 in the environment; a sequence when given in code.
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
     @field_validator("llm_base_url", "auth_jwks_url", "auth_issuer", "auth_audience",
                      "llm_fallback_model", mode="before")
     @classmethod
@@ -82,9 +104,11 @@ class Settings(BaseSettings):
             ]
             if missing:
                 raise ValueError(f"AUTH_MODE=oidc needs {', '.join(missing)}")
-            weak = [alg for alg in self.auth_algorithms if alg.startswith("HS") or alg == "none"]
-            if weak:
-                raise ValueError(f"AUTH_MODE=oidc accepts asymmetric algorithms only, not {weak}")
+            weak = sorted(set(self.auth_algorithms) - OIDC_ALGORITHMS)
+            if weak or not self.auth_algorithms:
+                raise ValueError(
+                    f"AUTH_ALGORITHMS accepts only {sorted(OIDC_ALGORITHMS)}, not {weak or '[]'}"
+                )
             if self.auth_dev_secret is not None:
                 raise ValueError("AUTH_DEV_SECRET must not be set outside AUTH_MODE=dev")
         secret = self.auth_dev_secret
@@ -113,6 +137,28 @@ class Settings(BaseSettings):
         return self.model_copy(update={"auth_dev_secret": SecretStr(value)})
 
 
+def describe_errors(error: ValidationError) -> str:
+    """One line per offending setting, named as its environment variable."""
+    lines = []
+    for item in error.errors():
+        name = "_".join(str(part) for part in item.get("loc", ())).upper()
+        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        lines.append(f"{name}: {message}" if name else message)
+    return "; ".join(lines)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment, with a readable `SettingsError` instead of a traceback."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as error:
+        raise SettingsError(f"Invalid settings: {describe_errors(error)}") from None
+
+
 @lru_cache
 def get_settings() -> Settings:
-    return Settings().with_dev_secret()
+    settings = load_settings()
+    try:
+        return settings.with_dev_secret()
+    except (OSError, ValueError) as error:
+        raise SettingsError(f"Invalid settings: {error}") from None

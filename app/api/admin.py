@@ -1,5 +1,52 @@
-"""Routes: admin (to be implemented)."""
+"""Operator routes: the memory feature flag, stored in the database for every replica."""
+
+from __future__ import annotations
 
 from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, StrictBool
 
-router = APIRouter()
+from app.api.deps import Operator, RuntimeDep
+from app.errors import NotFound
+from app.memory.flags import KNOWN_FLAGS, FlagState
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+
+
+class FlagUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: StrictBool
+
+
+class FlagView(BaseModel):
+    name: str
+    enabled: bool
+    source: str  # "database" once an operator set it, else "default" (MEMORY_ENABLED)
+    updated_by: str | None = None
+
+
+class FlagsView(BaseModel):
+    flags: dict[str, FlagView]
+
+
+def _view(state: FlagState) -> FlagView:
+    return FlagView(
+        name=state.name, enabled=state.enabled, source=state.source, updated_by=state.updated_by
+    )
+
+
+@router.get("/flags", response_model=FlagsView)
+async def list_flags(_operator: Operator, runtime: RuntimeDep) -> FlagsView:
+    states = [await runtime.flags.get(name) for name in KNOWN_FLAGS]
+    return FlagsView(flags={state.name: _view(state) for state in states})
+
+
+@router.put("/flags/{name}", response_model=FlagView)
+async def set_flag(
+    name: str, body: FlagUpdate, operator: Operator, runtime: RuntimeDep
+) -> FlagView:
+    if name not in KNOWN_FLAGS:
+        raise NotFound(f"There is no flag named {name!r}.")
+    # Switching memory off deletes nothing: rows and tables stay, only writes and the tool stop.
+    state = await runtime.flags.set(name, body.enabled, updated_by=operator.subject)
+    return _view(state)

@@ -1,13 +1,35 @@
-"""Bearer-token authentication (dev HS256 or OIDC via JWKS). Placeholder: issue 3 implements it."""
+"""Bearer-token authentication: dev HS256 tokens or OIDC tokens verified against a JWKS.
+
+The verified `sub` claim is the only source of a memory owner; nothing here reads identity from
+a body, a query or a tool argument.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
+import jwt
+import structlog
 from fastapi import Request
+from jwt import PyJWKClient, PyJWKClientConnectionError, PyJWKClientError, PyJWKSetError
 
-from app.errors import Unauthorized
-from app.runtime import Runtime
+from app.errors import ServiceUnavailable, Unauthorized
+from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.runtime import Runtime
+
+logger = structlog.get_logger(__name__)
+
+DEV_ISSUER = "agent-memory-dev"
+DEV_AUDIENCE = "agent-memory"
+DEV_ALGORITHM = "HS256"
+MAX_SUBJECT_CHARS = 128
+OPERATOR_ROLE = "operator"
 
 
 @dataclass(frozen=True)
@@ -16,5 +38,206 @@ class Identity:
     roles: frozenset[str] = frozenset()
 
 
+class InvalidToken(Unauthorized):
+    code = "invalid_token"
+
+
+class TokenVerifier(Protocol):
+    async def verify(self, token: str) -> Identity: ...
+
+
+# -- claims to identity ---------------------------------------------------------------------
+
+# Messages are constant: they never echo the token, its claims or the library's exception text.
+_REJECTIONS: tuple[tuple[type[Exception], str, str], ...] = (
+    (jwt.ExpiredSignatureError, "token_expired", "The token has expired."),
+    (jwt.ImmatureSignatureError, "invalid_token", "The token is not valid yet."),
+    (jwt.InvalidIssuerError, "invalid_token", "The token has the wrong issuer."),
+    (jwt.InvalidAudienceError, "invalid_token", "The token has the wrong audience."),
+    (jwt.InvalidSignatureError, "invalid_token", "The token signature does not verify."),
+    (jwt.InvalidAlgorithmError, "invalid_token", "The token's algorithm is not accepted."),
+    (jwt.MissingRequiredClaimError, "invalid_token", "The token lacks a required claim."),
+    (jwt.DecodeError, "invalid_token", "The token is malformed."),
+    (jwt.InvalidTokenError, "invalid_token", "The token is not valid."),
+)
+
+
+def rejection(error: Exception) -> InvalidToken:
+    for kind, code, message in _REJECTIONS:
+        if isinstance(error, kind):
+            if isinstance(error, jwt.MissingRequiredClaimError):
+                message = f"The token lacks the required claim {error.claim!r}."
+            return InvalidToken(message, code=code)
+    return InvalidToken("The token is not valid.")
+
+
+def identity_from_claims(claims: Mapping[str, Any]) -> Identity:
+    subject = claims.get("sub")
+    if not isinstance(subject, str) or not subject.strip():
+        raise InvalidToken("The token has no subject ('sub').")
+    if len(subject) > MAX_SUBJECT_CHARS:
+        raise InvalidToken(f"The token subject is longer than {MAX_SUBJECT_CHARS} characters.")
+    raw_roles = claims.get("roles")
+    # A missing or odd `roles` claim grants nothing rather than failing the request.
+    roles = (
+        frozenset(role for role in raw_roles if isinstance(role, str))
+        if isinstance(raw_roles, list)
+        else frozenset()
+    )
+    return Identity(subject=subject, roles=roles)
+
+
+# -- dev mode -------------------------------------------------------------------------------
+
+
+class DevTokens:
+    """Issues and verifies HS256 tokens with the dev secret (AUTH_MODE=dev only)."""
+
+    def __init__(self, secret: str, *, ttl_seconds: int, leeway_seconds: int) -> None:
+        self._secret = secret
+        self.ttl_seconds = ttl_seconds
+        self.leeway_seconds = leeway_seconds
+
+    def issue(self, subject: str, roles: Iterable[str] = (), *, now: float | None = None) -> str:
+        issued = int(time.time() if now is None else now)
+        claims = {
+            "sub": subject,
+            "roles": sorted(set(roles)),
+            "iss": DEV_ISSUER,
+            "aud": DEV_AUDIENCE,
+            "iat": issued,
+            "nbf": issued,
+            "exp": issued + self.ttl_seconds,
+        }
+        return jwt.encode(claims, self._secret, algorithm=DEV_ALGORITHM)
+
+    def decode(self, token: str) -> Identity:
+        try:
+            claims = jwt.decode(
+                token,
+                self._secret,
+                algorithms=[DEV_ALGORITHM],
+                issuer=DEV_ISSUER,
+                audience=DEV_AUDIENCE,
+                leeway=self.leeway_seconds,
+                options={"require": ["exp", "iss", "aud", "sub"]},
+            )
+        except jwt.InvalidTokenError as error:
+            raise rejection(error) from None
+        return identity_from_claims(claims)
+
+    async def verify(self, token: str) -> Identity:
+        return self.decode(token)
+
+
+# -- oidc mode ------------------------------------------------------------------------------
+
+
+class OidcVerifier:
+    """RS256/ES256 tokens checked against the provider's JWKS, issuer, audience, exp and nbf."""
+
+    def __init__(
+        self,
+        jwks: PyJWKClient,
+        *,
+        issuer: str,
+        audience: str,
+        algorithms: Iterable[str],
+        leeway_seconds: int,
+    ) -> None:
+        self.jwks = jwks
+        self.issuer = issuer
+        self.audience = audience
+        self.algorithms = tuple(algorithms)
+        self.leeway_seconds = leeway_seconds
+
+    async def verify(self, token: str) -> Identity:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.InvalidTokenError as error:
+            raise rejection(error) from None
+        # Refuse `none`, HS* and anything unexpected before any key is fetched.
+        if header.get("alg") not in self.algorithms:
+            raise InvalidToken("The token's algorithm is not accepted.")
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise InvalidToken("The token has no key id ('kid').")
+        # PyJWKClient does blocking HTTP (and refetches on an unknown kid): keep it off the loop.
+        try:
+            key = await asyncio.to_thread(self.jwks.get_signing_key, kid)
+        except (PyJWKClientConnectionError, PyJWKSetError) as error:
+            logger.warning("auth.jwks_unavailable", error=type(error).__name__)
+            raise ServiceUnavailable(
+                "The identity provider's keys cannot be fetched.", code="auth_unavailable"
+            ) from None
+        except PyJWKClientError:
+            raise InvalidToken("The token was signed with an unknown key.") from None
+        try:
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=list(self.algorithms),
+                issuer=self.issuer,
+                audience=self.audience,
+                leeway=self.leeway_seconds,
+                options={"require": ["exp", "iss", "aud", "sub"]},
+            )
+        except jwt.InvalidTokenError as error:
+            raise rejection(error) from None
+        return identity_from_claims(claims)
+
+
+def build_jwks_client(settings: Settings) -> PyJWKClient:
+    """Constructing the client fetches nothing; the first token does."""
+    assert settings.auth_jwks_url is not None
+    return PyJWKClient(
+        settings.auth_jwks_url,
+        cache_jwk_set=True,
+        lifespan=settings.auth_jwks_cache_seconds,
+        cooldown_duration=settings.auth_jwks_refresh_cooldown_seconds,
+        timeout=settings.auth_jwks_timeout_seconds,
+    )
+
+
+def build_verifier(settings: Settings) -> tuple[TokenVerifier, DevTokens | None]:
+    """The verifier for the configured mode, and the dev token issuer when in dev mode."""
+    if settings.auth_mode == "dev":
+        if settings.auth_dev_secret is None:
+            raise ValueError("AUTH_MODE=dev needs AUTH_DEV_SECRET (or its secret file)")
+        dev = DevTokens(
+            settings.auth_dev_secret.get_secret_value(),
+            ttl_seconds=settings.auth_dev_token_ttl_seconds,
+            leeway_seconds=settings.auth_leeway_seconds,
+        )
+        return dev, dev
+    assert settings.auth_issuer is not None and settings.auth_audience is not None
+    verifier = OidcVerifier(
+        build_jwks_client(settings),
+        issuer=settings.auth_issuer,
+        audience=settings.auth_audience,
+        algorithms=settings.auth_algorithms,
+        leeway_seconds=settings.auth_leeway_seconds,
+    )
+    return verifier, None
+
+
+# -- the request edge -----------------------------------------------------------------------
+
+
+def bearer_token(request: Request) -> str:
+    header = request.headers.get("authorization")
+    if not header:
+        raise Unauthorized("A bearer token is required.", code="missing_token")
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or " " in token:
+        raise InvalidToken("The Authorization header must be 'Bearer <token>'.")
+    return token
+
+
 async def authenticate(request: Request, runtime: Runtime) -> Identity:
-    raise Unauthorized("authentication is not implemented yet")
+    try:
+        return await runtime.verifier.verify(bearer_token(request))
+    except Unauthorized as error:
+        logger.info("auth.rejected", code=error.code, mode=runtime.settings.auth_mode)
+        raise

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.api.auth import Identity, authenticate
+from app.api.auth import OPERATOR_ROLE, Identity, authenticate
 from app.errors import Forbidden
+from app.memory.scope import MemoryRequest, memory_scope, require_scope
 from app.runtime import Runtime
 from app.settings import Settings
 
@@ -25,15 +27,32 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
-async def current_user(request: Request) -> Identity:
-    return await authenticate(request, get_runtime(request))
+async def current_user(request: Request) -> AsyncIterator[Identity]:
+    """Authenticate, then bind the verified subject as the memory owner for the whole request.
+
+    The scope stays set until the response has been sent (streamed bodies included), and it is
+    the only place memory code takes a user id from. Writes follow the memory feature flag.
+    """
+    runtime = get_runtime(request)
+    identity = await authenticate(request, runtime)
+    writes_enabled = await runtime.flags.memory_enabled()
+    with memory_scope(identity.subject, writes_enabled):
+        yield identity
 
 
 CurrentUser = Annotated[Identity, Depends(current_user)]
 
 
+async def memory_request(_user: CurrentUser) -> MemoryRequest:
+    """The bound scope (owner and whether writes are allowed) of an authenticated request."""
+    return require_scope()
+
+
+MemoryScope = Annotated[MemoryRequest, Depends(memory_request)]
+
+
 async def operator(user: CurrentUser) -> Identity:
-    if "operator" not in user.roles:
+    if OPERATOR_ROLE not in user.roles:
         raise Forbidden("This route needs the operator role.")
     return user
 

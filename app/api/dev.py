@@ -1,5 +1,38 @@
-"""Routes: dev (to be implemented)."""
+"""`POST /dev/token`: mint a dev token (AUTH_MODE=dev only; 404 otherwise)."""
+
+from __future__ import annotations
+
+from typing import Annotated
 
 from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-router = APIRouter()
+from app.api.auth import MAX_SUBJECT_CHARS
+from app.api.deps import RuntimeDep
+from app.errors import NotFound
+
+router = APIRouter(tags=["dev"])
+
+Subject = Annotated[str, StringConstraints(min_length=1, max_length=MAX_SUBJECT_CHARS)]
+Role = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+class DevTokenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sub: Subject
+    roles: list[Role] = Field(default_factory=list, max_length=16)
+
+
+class TokenResponse(BaseModel):
+    access_token: str
+    token_type: str = "bearer"
+    expires_in: int
+
+
+@router.post("/dev/token", response_model=TokenResponse)
+async def issue_dev_token(body: DevTokenRequest, runtime: RuntimeDep) -> TokenResponse:
+    if runtime.dev_tokens is None:
+        raise NotFound("Not Found")
+    token = runtime.dev_tokens.issue(body.sub, body.roles)
+    return TokenResponse(access_token=token, expires_in=runtime.dev_tokens.ttl_seconds)

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import AppError
+
+logger = structlog.get_logger(__name__)
+
+_HTTP_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
 
 
 def error_response(status: int, code: str, message: str,
@@ -18,11 +29,17 @@ def error_response(status: int, code: str, message: str,
 
 
 def _describe(error: RequestValidationError) -> str:
+    # Location and pydantic's message only: the offending input is never echoed back or logged.
     parts = []
     for item in error.errors()[:5]:
         location = ".".join(str(part) for part in item.get("loc", ()) if part != "body")
         parts.append(f"{location or 'body'}: {item.get('msg', 'invalid')}")
     return "; ".join(parts) or "The request is not valid."
+
+
+def _validation_code(error: RequestValidationError) -> str:
+    kinds = {item.get("type") for item in error.errors()}
+    return "invalid_json" if "json_invalid" in kinds else "invalid_request"
 
 
 def install(app: FastAPI) -> None:
@@ -32,9 +49,15 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, error: RequestValidationError) -> JSONResponse:
-        return error_response(422, "invalid_request", _describe(error))
+        return error_response(422, _validation_code(error), _describe(error))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, error: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
+        code = _HTTP_CODES.get(error.status_code, "http_error")
         return error_response(error.status_code, code, str(error.detail), error.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+        # Starlette re-raises after this response, so the traceback still reaches the server log.
+        logger.error("request.failed", error=type(error).__name__, path=request.url.path)
+        return error_response(500, "internal_error", "An unexpected error occurred.")

@@ -1,5 +1,85 @@
-"""Routes: health (to be implemented)."""
+"""`/healthz` (the process is up) and `/readyz` (the database can serve memory right now)."""
 
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import structlog
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import Engine, select, text, update
 
-router = APIRouter()
+from app.api.deps import RuntimeDep
+from app.db.migrate import current_revision, head_revision
+from app.db.schema import agent_memory
+
+logger = structlog.get_logger(__name__)
+
+router = APIRouter(tags=["operations"])
+
+PROBE_PREFIX = "__readyz_probe__"
+
+
+class NotReadyError(Exception):
+    """A readiness check failed; the message is the reason reported to the caller."""
+
+
+def _probe(engine: Engine) -> None:
+    """Insert, read, update and read back a probe row in one transaction, then roll it back.
+
+    The row is never committed, so no concurrent reader can see it and nothing is left behind.
+    """
+    user_id = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+    key = (agent_memory.c.user_id == user_id) & (agent_memory.c.memory_type == "memory")
+    with engine.connect() as connection:
+        transaction = connection.begin()
+        try:
+            connection.execute(
+                agent_memory.insert().values(user_id=user_id, memory_type="memory", content="a")
+            )
+            if connection.execute(select(agent_memory.c.content).where(key)).scalar() != "a":
+                raise NotReadyError("readiness probe could not read its row back")
+            connection.execute(update(agent_memory).where(key).values(content="b"))
+            if connection.execute(select(agent_memory.c.content).where(key)).scalar() != "b":
+                raise NotReadyError("readiness probe could not read its update back")
+        finally:
+            transaction.rollback()
+
+
+def check_readiness(engine: Engine) -> None:
+    """Raise NotReadyError naming the first failing check; the reason never holds credentials."""
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except Exception as error:
+        raise NotReadyError(f"database unreachable ({type(error).__name__})") from error
+    try:
+        current, head = current_revision(engine), head_revision()
+    except Exception as error:
+        raise NotReadyError(f"migration state unreadable ({type(error).__name__})") from error
+    if current != head:
+        raise NotReadyError(
+            f"database schema is at {current or 'no revision'}, not the latest migration {head}"
+        )
+    try:
+        _probe(engine)
+    except NotReadyError:
+        raise
+    except Exception as error:
+        raise NotReadyError(f"readiness probe failed ({type(error).__name__})") from error
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "Not ready, with the reason"}})
+async def readyz(runtime: RuntimeDep) -> JSONResponse:
+    try:
+        await asyncio.to_thread(check_readiness, runtime.engine)
+    except NotReadyError as error:
+        logger.warning("readiness.failed", reason=str(error))
+        return JSONResponse({"status": "not_ready", "reason": str(error)}, status_code=503)
+    return JSONResponse({"status": "ready"})

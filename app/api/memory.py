@@ -1,5 +1,187 @@
-"""Routes: memory (to be implemented)."""
+"""The memory API: what the user sees and controls, through the same rules and commit as the tool.
 
-from fastapi import APIRouter
+Every route takes its owner from the request's memory scope (the verified token's subject);
+no body, query or path parameter names a user.
+"""
 
-router = APIRouter()
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Literal
+
+import structlog
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.deps import MemoryScope, RuntimeDep
+from app.errors import Conflict, ServiceUnavailable, Unprocessable
+from app.memory.render import document
+from app.memory.repository import CommitCancelledError
+from app.memory.rules import (
+    MAX_OPERATIONS,
+    SCHEMA_VERSION,
+    MemoryValidationError,
+    Snapshot,
+    parse_operations,
+)
+from app.memory.service import MemoryUnavailableError
+
+logger = structlog.get_logger(__name__)
+
+router = APIRouter(prefix="/v1/memory", tags=["memory"])
+
+
+# -- documented shapes (the body is validated by `parse_operations`, as the tool's is) --------
+
+
+class OperationBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    target: Literal["user", "memory"]
+    action: Literal["add", "replace", "remove"]
+    match: str | None = None
+    content: str | None = None
+
+
+class OperationsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    operations: list[OperationBody] = Field(min_length=1, max_length=MAX_OPERATIONS)
+
+
+class MemoryDocument(BaseModel):
+    entries: list[str]
+    characters: int
+    limit: int
+
+
+class MemoryState(BaseModel):
+    status: Literal["available"]
+    schema_version: int
+    user: MemoryDocument
+    memory: MemoryDocument
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+def _inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema with its `$defs` inlined, for `openapi_extra`."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            reference = node.get("$ref")
+            if isinstance(reference, str) and reference.startswith("#/$defs/"):
+                return resolve(definitions[reference.removeprefix("#/$defs/")])
+            return {key: resolve(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [resolve(item) for item in node]
+        return node
+
+    resolved: dict[str, Any] = resolve(schema)
+    return resolved
+
+
+_OPERATIONS_REQUEST = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _inline_schema(OperationsBody)}},
+    }
+}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "Missing or invalid bearer token"},
+    503: {"model": ErrorBody, "description": "Memory cannot be reached (memory_unavailable)"},
+}
+
+
+def memory_state(snapshot: Snapshot) -> MemoryState:
+    return MemoryState.model_validate(
+        {
+            "status": "available",
+            "schema_version": SCHEMA_VERSION,
+            "user": document(snapshot, "user"),
+            "memory": document(snapshot, "memory"),
+        }
+    )
+
+
+def _unavailable() -> ServiceUnavailable:
+    return ServiceUnavailable("Memory cannot be reached right now.", code="memory_unavailable")
+
+
+# -- routes ---------------------------------------------------------------------------------
+
+
+@router.get("", response_model=MemoryState, responses=_ERRORS)
+async def read_memory(scope: MemoryScope, runtime: RuntimeDep) -> MemoryState:
+    try:
+        snapshot = await runtime.memory.read_async(scope.user_id)
+    except MemoryUnavailableError:
+        logger.warning("memory.read_failed", route="api")
+        raise _unavailable() from None
+    return memory_state(snapshot)
+
+
+@router.post(
+    "/operations",
+    response_model=MemoryState,
+    openapi_extra=_OPERATIONS_REQUEST,
+    responses={
+        **_ERRORS,
+        409: {"model": ErrorBody, "description": "The memory feature is off (memory_disabled)"},
+        422: {"model": ErrorBody, "description": "The batch breaks a rule; nothing changed"},
+    },
+)
+async def apply_memory_operations(
+    request: Request, scope: MemoryScope, runtime: RuntimeDep
+) -> MemoryState:
+    if not scope.writes_enabled:
+        raise Conflict("Memory writes are switched off.", code="memory_disabled")
+    try:
+        payload = json.loads(await request.body())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise Unprocessable("The request body is not valid JSON.", code="invalid_json") from None
+    try:
+        operations = parse_operations(payload)
+    except MemoryValidationError as error:
+        raise Unprocessable(error.message, code=error.code) from None
+
+    cancel = threading.Event()
+    try:
+        result = await runtime.memory.commit_in_worker(scope.user_id, [operations], cancel)
+    except MemoryValidationError as error:
+        logger.info("memory.api_rejected", code=error.code, operation_count=len(operations))
+        raise Unprocessable(error.message, code=error.code) from None
+    except CommitCancelledError:
+        raise
+    except Exception as error:
+        logger.warning("memory.api_commit_failed", error=type(error).__name__)
+        raise _unavailable() from None
+    logger.info(
+        "memory.api_committed",
+        operation_count=len(operations),
+        changed=len(result.changed),
+        retry_count=result.retry_count,
+        duration_ms=round(result.duration_ms, 1),
+    )
+    return memory_state(result.snapshot)
+
+
+@router.delete("", status_code=204, response_class=Response, responses=_ERRORS)
+async def forget_memory(scope: MemoryScope, runtime: RuntimeDep) -> Response:
+    try:
+        removed = await runtime.memory.forget_async(scope.user_id)
+    except Exception as error:
+        logger.warning("memory.forget_failed", error=type(error).__name__)
+        raise _unavailable() from None
+    logger.info("memory.forgotten", rows=removed)
+    return Response(status_code=204)
