@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import admin, chat, conversations, dev, errors, eval, health, memory
+from app.api import admin, chat, conversations, dev, errors, eval, health, memory, web
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from app.runtime import build_runtime
 from app.settings import Settings, SettingsError, get_settings
@@ -37,7 +37,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     errors.install(app)
-    for module in (health, dev, memory, admin, chat, eval, conversations):
+    for module in (health, dev, memory, admin, chat, eval, conversations, web):
         app.include_router(module.router)
 
     def max_request_bytes() -> int:
