@@ -1,15 +1,233 @@
-"""The Vercel AI SDK UI message stream (v1) encoding of a turn. Placeholder: issue 6 implements it."""
+"""The Vercel AI SDK UI message stream (v1) encoding of a turn, and the `useChat` request shape."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
-from starlette.responses import StreamingResponse
+from sse_starlette import EventSourceResponse
 
-from app.agent.events import TurnEvent
+from app.agent.events import (
+    DeltaEvent,
+    DoneEvent,
+    ErrorEvent,
+    FinishReason,
+    MemoryEvent,
+    StartEvent,
+    ToolEvent,
+    TurnEvent,
+)
+from app.errors import Unprocessable
 
 HEADER = "x-vercel-ai-ui-message-stream"
+VERSION = "v1"
+QUERY_VALUE = "ai-sdk"
+
+# The headers `createUIMessageStreamResponse` sends in ai@6 (UI_MESSAGE_STREAM_HEADERS).
+HEADERS = {
+    HEADER: VERSION,
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",
+}
+
+# The UI stream's finish reasons are the model-level ones; a tool-round limit is "other".
+FINISH_REASONS: dict[FinishReason, str] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_limit": "other",
+}
+
+Chunk = dict[str, Any]
 
 
-def ui_message_response(events: AsyncIterator[TurnEvent]) -> StreamingResponse:
-    raise NotImplementedError
+def wants_ui_stream(headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
+    """The request selects this protocol by header (`x-vercel-ai-ui-message-stream: v1`) or query."""
+    return headers.get(HEADER, "").strip().lower() == VERSION or (
+        query.get("protocol", "").strip().lower() == QUERY_VALUE
+    )
+
+
+class UiChunkEncoder:
+    """Turns typed turn events into UI message chunks, keeping the open text part and step."""
+
+    def __init__(self) -> None:
+        self._turn_id = "turn"
+        self._text_id: str | None = None
+        self._text_count = 0
+        self._tool_count = 0
+        self._step_open = False
+        self.finished = False
+
+    def _close_text(self) -> list[Chunk]:
+        if self._text_id is None:
+            return []
+        chunk: Chunk = {"type": "text-end", "id": self._text_id}
+        self._text_id = None
+        return [chunk]
+
+    def _close_step(self) -> list[Chunk]:
+        closing = self._close_text()
+        if self._step_open:
+            closing.append({"type": "finish-step"})
+            self._step_open = False
+        return closing
+
+    def _open_step(self) -> list[Chunk]:
+        if self._step_open:
+            return []
+        self._step_open = True
+        return [{"type": "start-step"}]
+
+    def encode(self, event: TurnEvent) -> list[Chunk]:
+        match event:
+            case StartEvent():
+                self._turn_id = event.turn_id
+                start: Chunk = {
+                    "type": "start",
+                    "messageId": f"msg_{event.turn_id}",
+                    "messageMetadata": event.data(),
+                }
+                return [start, *self._open_step()]
+            case DeltaEvent():
+                chunks = self._open_step()
+                if self._text_id is None:
+                    self._text_count += 1
+                    self._text_id = f"text_{self._turn_id}_{self._text_count}"
+                    chunks.append({"type": "text-start", "id": self._text_id})
+                chunks.append({"type": "text-delta", "id": self._text_id, "delta": event.text})
+                return chunks
+            case ToolEvent():
+                # The memory call is shown without its content: only counts and the outcome.
+                # A tool call ends the model round, as in the AI SDK's own server-tool streams,
+                # so that `lastAssistantMessageIsCompleteWithToolCalls` never re-sends the turn.
+                self._tool_count += 1
+                call_id = f"call_{self._turn_id}_{self._tool_count}"
+                chunks = [*self._close_text(), *self._open_step()]
+                chunks.append({
+                    "type": "tool-input-available",
+                    "toolCallId": call_id,
+                    "toolName": event.tool_name,
+                    "input": {"operation_count": event.operation_count},
+                })
+                chunks.append({
+                    "type": "tool-output-available",
+                    "toolCallId": call_id,
+                    "output": {
+                        "outcome": event.outcome,
+                        "operation_count": event.operation_count,
+                    },
+                })
+                return [*chunks, *self._close_step()]
+            case MemoryEvent():
+                return [
+                    *self._close_text(),
+                    {"type": "data-memory", "id": f"memory_{self._turn_id}", "data": event.data()},
+                ]
+            case DoneEvent():
+                self.finished = True
+                return [
+                    *self._close_step(),
+                    {
+                        "type": "finish",
+                        "finishReason": FINISH_REASONS[event.finish_reason],
+                        "messageMetadata": {"finish_reason": event.finish_reason},
+                    },
+                ]
+            case ErrorEvent():
+                self.finished = True
+                return [
+                    *self._close_step(),
+                    {"type": "data-error", "data": {"code": event.code}, "transient": True},
+                    {"type": "error", "errorText": event.message},
+                    {"type": "finish", "finishReason": "error"},
+                ]
+
+    def close(self) -> list[Chunk]:
+        """Chunks that end a stream whose events stopped without `done` or `error`."""
+        if self.finished:
+            return []
+        self.finished = True
+        return [*self._close_step(), {"type": "finish", "finishReason": "other"}]
+
+
+def sse_data(payload: str) -> bytes:
+    return f"data: {payload}\n\n".encode()
+
+
+async def ui_chunks(events: AsyncIterator[TurnEvent]) -> AsyncIterator[Chunk]:
+    encoder = UiChunkEncoder()
+    async for event in events:
+        for chunk in encoder.encode(event):
+            yield chunk
+    for chunk in encoder.close():
+        yield chunk
+
+
+async def _body(events: AsyncIterator[TurnEvent]) -> AsyncIterator[bytes]:
+    async for chunk in ui_chunks(events):
+        yield sse_data(json.dumps(chunk, ensure_ascii=False, separators=(",", ":")))
+    yield sse_data("[DONE]")
+
+
+def ui_message_response(events: AsyncIterator[TurnEvent]) -> EventSourceResponse:
+    """The turn as a UI message stream. A disconnect cancels `events` (sse-starlette listens for
+    it on every ASGI version), so the turn's own cancellation path discards its staged memory."""
+    return EventSourceResponse(_body(events), headers=HEADERS, sep="\n")
+
+
+def _text_of(message: Mapping[str, Any]) -> str:
+    parts = message.get("parts")
+    if not isinstance(parts, list):
+        # AI SDK 4 messages carried `content`; accept it so older clients still work.
+        content = message.get("content")
+        return content if isinstance(content, str) else ""
+    texts = [
+        part["text"]
+        for part in parts
+        if isinstance(part, Mapping) and part.get("type") == "text"
+        and isinstance(part.get("text"), str)
+    ]
+    return "\n".join(texts)
+
+
+def _conversation_from_history(messages: list[Any]) -> str | None:
+    """The conversation this chat continues: the server put it in each answer's metadata."""
+    for message in reversed(messages):
+        if not isinstance(message, Mapping) or message.get("role") != "assistant":
+            continue
+        metadata = message.get("metadata")
+        if isinstance(metadata, Mapping) and isinstance(metadata.get("conversation_id"), str):
+            return str(metadata["conversation_id"])
+    return None
+
+
+def parse_ui_request(body: Any) -> tuple[str, str | None]:
+    """`(message, conversation_id)` from a `useChat` body or from the plain chat body.
+
+    `useChat` posts `{id, messages: [{role, parts: [{type: "text", text}]}], trigger, ...}`.
+    The turn's text is the last user message; earlier messages are ignored because the server
+    keeps the transcript. The conversation is `conversation_id` in the body when the client sets
+    it (useChat's `body` option), else the one the server named in the last answer's metadata;
+    useChat's own chat `id` is a client-side name and is not used.
+    """
+    if not isinstance(body, Mapping):
+        raise Unprocessable("The request body must be a JSON object.")
+    explicit = body.get("conversation_id")
+    if explicit is not None and not isinstance(explicit, str):
+        raise Unprocessable("conversation_id must be a string.")
+    if isinstance(body.get("message"), str):
+        return str(body["message"]), explicit
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise Unprocessable("The body needs `message` or a `messages` list (AI SDK useChat).")
+    last_user = next(
+        (m for m in reversed(messages) if isinstance(m, Mapping) and m.get("role") == "user"),
+        None,
+    )
+    if last_user is None:
+        raise Unprocessable("`messages` has no user message.")
+    text = _text_of(last_user)
+    if not text.strip():
+        raise Unprocessable("The last user message has no text part.")
+    return text, explicit or _conversation_from_history(messages)

@@ -1,0 +1,38 @@
+"""Routes: the web client (`/` and its static assets) and the public `GET /info` it reads first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+from app.api.deps import RuntimeDep
+
+WEB_ROOT = Path(__file__).resolve().parent.parent / "web"
+
+router = APIRouter()
+# The page is plain files (no build step); `check_dir=False` keeps import free of file-system work.
+router.mount("/static", StaticFiles(directory=WEB_ROOT, check_dir=False), name="static")
+
+
+@router.get("/", include_in_schema=False)
+async def index() -> FileResponse:
+    # no-cache: a redeploy must reach open tabs on their next load, not after a cache expiry.
+    return FileResponse(WEB_ROOT / "index.html", headers={"cache-control": "no-cache"})
+
+
+# Outside /v1 on purpose: every /v1 route needs a bearer token, and the page asks this first.
+@router.get("/info")
+async def info(runtime: RuntimeDep) -> dict[str, Any]:
+    """What a client needs before signing in: the sign-in mode and whether the offline model
+    answers. Public, and it carries no user data."""
+    settings = runtime.settings
+    return {
+        "model": settings.llm_model,
+        "offline": settings.offline_model,
+        "auth_mode": settings.auth_mode,
+        "memory_enabled": await runtime.flags.memory_enabled(),
+    }
