@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from app.memory import scanning
-from app.memory.rules import LIMITS, SEPARATOR, Snapshot, Target
+from app.memory.rules import (
+    LIMITS,
+    SEPARATOR,
+    MemoryValidationError,
+    Snapshot,
+    Target,
+    normalize_entry,
+)
 
 MemoryStatus = Literal["available", "unavailable", "disabled"]
 
@@ -20,11 +26,19 @@ def usage_line(snapshot: Snapshot, target: Target) -> str:
     return f"{HEADINGS[target]} [{used * 100 // limit}% - {used}/{limit} characters]"
 
 
+def is_withheld(entry: str) -> bool:
+    """A stored entry that today's rules would refuse (a threat, a reserved tag that could close
+    the block, a control character) is never put in the prompt, whenever it was stored."""
+    try:
+        return normalize_entry(entry) != entry
+    except MemoryValidationError:
+        return True
+
+
 def prompt_entries(snapshot: Snapshot, target: Target) -> tuple[str, ...]:
     """Stored entries as the model may see them: a blocked entry stays stored but is withheld."""
     return tuple(
-        BLOCKED_PLACEHOLDER if scanning.is_blocked(entry) else entry
-        for entry in snapshot.entries(target)
+        BLOCKED_PLACEHOLDER if is_withheld(entry) else entry for entry in snapshot.entries(target)
     )
 
 
