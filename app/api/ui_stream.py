@@ -42,7 +42,7 @@ Chunk = dict[str, Any]
 
 
 def wants_ui_stream(headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
-    """The request selects this protocol by header (`x-vercel-ai-ui-message-stream: v1`) or query."""
+    """Chosen by header (`x-vercel-ai-ui-message-stream: v1`) or by `?protocol=ai-sdk`."""
     return headers.get(HEADER, "").strip().lower() == VERSION or (
         query.get("protocol", "").strip().lower() == QUERY_VALUE
     )

@@ -11,6 +11,7 @@ const state = {
   conversationId: null,
   turn: null, // {controller, bubble, stopped, stagedOperations, memoryOutcome}
   memoryStatus: null, // "available" | "unavailable" | "disabled" | null (unknown yet)
+  memoryEnabled: true, // the feature flag as last seen: /info, a turn's start event, or a 409
 };
 
 // ---------------------------------------------------------------- HTTP
@@ -92,9 +93,7 @@ async function loadInfo() {
   } catch {
     // Fall through to probing.
   }
-  // Older servers: GET /dev/token is 405 in dev mode (POST only) and 404 in oidc mode.
-  const probe = await fetch("/dev/token").catch(() => null);
-  return { auth_mode: probe && probe.status === 404 ? "oidc" : "dev", offline: null };
+  return { auth_mode: "dev", offline: null, memory_enabled: null };
 }
 
 function showBadge(info) {
@@ -380,6 +379,8 @@ function handleEvent(turn, event) {
         turn.newConversation = true;
       }
       turn.bubble.dataset.turnId = data.turn_id || "";
+      if (turn.status === "disabled") state.memoryEnabled = false;
+      if (turn.status === "available") state.memoryEnabled = true;
       setMemoryStatus(turn.status);
       break;
     }
@@ -601,7 +602,9 @@ async function loadMemory() {
   $("memory-error").textContent = "";
   let memory;
   try {
-    memory = await api("/v1/memory");
+    const [body, info] = await Promise.all([api("/v1/memory"), loadInfo()]);
+    memory = body;
+    if (typeof info.memory_enabled === "boolean") state.memoryEnabled = info.memory_enabled;
   } catch (error) {
     if (error instanceof ApiError && error.status === 503) {
       setMemoryStatus("unavailable");
@@ -612,13 +615,8 @@ async function loadMemory() {
     return;
   }
   if (!memory) return;
-  if (memory.status === "disabled" || (state.info && state.info.memory_enabled === false)) {
-    setMemoryStatus("disabled");
-  } else if (memory.status === "unavailable") {
-    setMemoryStatus("unavailable");
-  } else {
-    setMemoryStatus("available");
-  }
+  // Reading works while the flag is off, so the flag comes from what this page saw last.
+  setMemoryStatus(memory.status === "disabled" || !state.memoryEnabled ? "disabled" : "available");
   DOCUMENTS.forEach((target) => renderDocument(target, memory[target]));
 }
 
@@ -631,6 +629,7 @@ async function applyOperations(operations, done) {
     $("memory-outcome").textContent = done;
   } catch (error) {
     if (error instanceof ApiError && error.status === 409) {
+      state.memoryEnabled = false;
       setMemoryStatus("disabled");
       $("memory-error").textContent = "Memory is switched off: changes cannot be saved right now.";
     } else if (error instanceof ApiError && error.status === 503) {
@@ -692,6 +691,7 @@ async function main() {
 
   takeTokenFromFragment();
   state.info = await loadInfo();
+  state.memoryEnabled = state.info.memory_enabled !== false;
   showBadge(state.info);
   const saved = sessionStorage.getItem(TOKEN_KEY);
   if (saved) await signIn(saved);
