@@ -85,7 +85,8 @@ class Settings(BaseSettings):
         return value
 
     @field_validator("llm_base_url", "auth_jwks_url", "auth_issuer", "auth_audience",
-                     "llm_fallback_model", mode="before")
+                     "llm_fallback_model", "auth_dev_secret", "llm_api_key", "eval_api_key",
+                     "llm_max_tokens", mode="before")
     @classmethod
     def _blank_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
