@@ -1,5 +1,124 @@
-"""Routes: chat (to be implemented)."""
+"""`POST /v1/chat`: one authenticated turn, streamed as SSE (or as the AI SDK UI stream)."""
 
-from fastapi import APIRouter
+from __future__ import annotations
 
-router = APIRouter()
+from collections.abc import AsyncGenerator, Mapping
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Request
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.responses import Response
+
+from app.agent.events import TurnEvent
+from app.agent.loop import HistoryMessage, Turn, TurnRequest, TurnServices, stream_turn
+from app.api import ui_stream
+from app.api.deps import CurrentUser, RuntimeDep
+from app.api.sse import event_stream_response
+from app.errors import NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
+from app.runtime import Runtime
+from app.settings import Settings
+
+router = APIRouter(tags=["chat"])
+
+
+class ChatBody(BaseModel):
+    """`{"message": "...", "conversation_id": "..." | null}`; any other field is refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    message: str
+    conversation_id: str | None = None
+
+
+def parse_chat_body(payload: Mapping[str, Any]) -> tuple[str, str | None]:
+    try:
+        body = ChatBody.model_validate(payload)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ())) or "body"
+        raise Unprocessable(f"{where}: {first.get('msg', 'invalid')}") from None
+    return body.message, body.conversation_id
+
+
+def check_message(message: str, settings: Settings) -> None:
+    """1..MAX_MESSAGE_CHARS characters of text, checked before anything is read or written."""
+    if not message.strip():
+        raise Unprocessable("message must contain text.")
+    if len(message) > settings.max_message_chars:
+        raise PayloadTooLarge(
+            f"message holds {len(message):,} characters; at most "
+            f"{settings.max_message_chars:,} are accepted."
+        )
+
+
+def read_request(request: Request, payload: Mapping[str, Any]) -> tuple[str, str | None, bool]:
+    """(message, conversation_id, ai_sdk) for either protocol."""
+    ai_sdk = ui_stream.wants_ui_stream(request.headers, request.query_params)
+    if ai_sdk:
+        message, conversation_id = ui_stream.parse_ui_request(payload)
+    else:
+        message, conversation_id = parse_chat_body(payload)
+    return message, conversation_id, ai_sdk
+
+
+def respond(events: AsyncGenerator[TurnEvent, None], ai_sdk: bool) -> Response:
+    if ai_sdk:
+        return ui_stream.ui_message_response(events)
+    return event_stream_response(events)
+
+
+async def load_history(
+    runtime: Runtime, user_id: str, conversation_id: str
+) -> tuple[HistoryMessage, ...]:
+    """The recent messages of the caller's conversation; another user's id is simply absent."""
+    try:
+        stored = await runtime.conversations.messages(
+            user_id, conversation_id, last=runtime.settings.history_messages
+        )
+    except Exception:
+        raise ServiceUnavailable(
+            "The conversation cannot be read right now; start a new one or retry."
+        ) from None
+    if stored is None:
+        raise NotFound("No such conversation.")
+    return tuple(
+        HistoryMessage(message.role, message.content) for message in stored if message.content
+    )
+
+
+ChatPayload = Annotated[
+    dict[str, Any],
+    Body(
+        description="`{\"message\": str, \"conversation_id\": str | null}` (extra fields are "
+        "refused), or an AI SDK `useChat` body when that protocol is selected.",
+        examples=[{"message": "Remember that I prefer short answers.", "conversation_id": None}],
+    ),
+]
+
+
+@router.post("/v1/chat", summary="One chat turn, streamed (text/event-stream)")
+async def chat(
+    request: Request, user: CurrentUser, runtime: RuntimeDep, payload: ChatPayload
+) -> Response:
+    message, conversation_id, ai_sdk = read_request(request, payload)
+    check_message(message, runtime.settings)
+    history: tuple[HistoryMessage, ...] = ()
+    if conversation_id is not None:
+        history = await load_history(runtime, user.subject, conversation_id)
+    agent = await runtime.agents.chat()
+    turn = Turn(
+        agent,
+        TurnRequest(
+            message=message,
+            user_id=user.subject,
+            conversation_id=conversation_id,
+            history=history,
+        ),
+        TurnServices(
+            settings=runtime.settings,
+            memory=runtime.memory,
+            flags=runtime.flags,
+            conversations=runtime.conversations,
+        ),
+    )
+    return respond(stream_turn(turn), ai_sdk)

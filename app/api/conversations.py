@@ -1,5 +1,63 @@
-"""Routes: conversations (to be implemented)."""
+"""The caller's conversation transcripts: list, read, delete. Another user's id is a 404."""
+
+from __future__ import annotations
+
+from typing import Any
 
 from fastapi import APIRouter
+from starlette.responses import Response
 
-router = APIRouter()
+from app.api.deps import CurrentUser, RuntimeDep
+from app.conversations.repository import Conversation
+from app.errors import NotFound
+
+router = APIRouter(tags=["conversations"])
+
+
+def _summary(conversation: Conversation) -> dict[str, Any]:
+    return {
+        "id": conversation.id,
+        "title": conversation.title,
+        "created_at": conversation.created_at.isoformat(),
+        "updated_at": conversation.updated_at.isoformat(),
+    }
+
+
+@router.get("/v1/conversations", summary="The caller's conversations, newest first")
+async def list_conversations(user: CurrentUser, runtime: RuntimeDep) -> dict[str, Any]:
+    conversations = await runtime.conversations.list_for(user.subject)
+    return {"conversations": [_summary(conversation) for conversation in conversations]}
+
+
+@router.get("/v1/conversations/{conversation_id}", summary="One conversation with its messages")
+async def read_conversation(
+    conversation_id: str, user: CurrentUser, runtime: RuntimeDep
+) -> dict[str, Any]:
+    conversation = await runtime.conversations.get(user.subject, conversation_id)
+    messages = await runtime.conversations.messages(user.subject, conversation_id)
+    if conversation is None or messages is None:
+        raise NotFound("No such conversation.")
+    return {
+        **_summary(conversation),
+        "messages": [
+            {
+                "role": message.role,
+                "content": message.content,
+                "status": message.status,
+                "turn_id": message.turn_id,
+                "created_at": message.created_at.isoformat(),
+            }
+            for message in messages
+        ],
+    }
+
+
+@router.delete(
+    "/v1/conversations/{conversation_id}", status_code=204, summary="Delete one conversation"
+)
+async def delete_conversation(
+    conversation_id: str, user: CurrentUser, runtime: RuntimeDep
+) -> Response:
+    if not await runtime.conversations.delete(user.subject, conversation_id):
+        raise NotFound("No such conversation.")
+    return Response(status_code=204)

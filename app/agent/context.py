@@ -1,0 +1,52 @@
+"""The one explicit object a chat turn carries: identity, memory status, ledger, cancel event."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from app.memory.ledger import MemoryLedger
+from app.memory.render import MemoryStatus
+from app.memory.rules import Snapshot
+
+# After this many rejected memory calls in one turn the tool tells the model to stop trying.
+MAX_REJECTED_CALLS = 3
+
+
+def new_turn_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass
+class TurnContext:
+    """Request-local state of one turn, handed to tools; never stored at module level.
+
+    `ledger` exists only when memory was read successfully and the flag is on: a read error
+    never yields an empty writable snapshot. `baseline` is the snapshot read at turn start
+    (empty when memory is disabled or unavailable), used for the character counts users see.
+    """
+
+    turn_id: str
+    conversation_id: str | None
+    user_id: str | None
+    memory_status: MemoryStatus
+    ledger: MemoryLedger | None
+    writes_enabled: bool
+    baseline: Snapshot = field(default_factory=Snapshot)
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+    rejected_calls: int = 0
+
+    @property
+    def memory_tool_offered(self) -> bool:
+        """The tool is offered whenever the flag is on; while memory is unavailable it answers
+        that nothing can be saved rather than silently disappearing."""
+        return self.user_id is not None and self.memory_status != "disabled"
+
+    @property
+    def staged(self) -> bool:
+        return self.ledger is not None and self.ledger.staged
+
+    @property
+    def rejection_limit_reached(self) -> bool:
+        return self.rejected_calls >= MAX_REJECTED_CALLS

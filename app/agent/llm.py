@@ -1,0 +1,226 @@
+"""Model access through the official `openai` SDK: one streamed chat-completions round at a time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+import httpx
+import openai
+import structlog
+from openai import AsyncOpenAI
+from opentelemetry import trace
+
+from app.agent.offline import offline_transport
+from app.settings import Settings
+
+log = structlog.get_logger(__name__)
+tracer = trace.get_tracer(__name__)
+
+# The in-process transport is addressed by a name that never resolves: nothing leaves the process.
+IN_PROCESS_BASE_URL = "http://offline-model.invalid/v1"
+# A real endpoint gets one SDK retry for a refused request; a stream is never retried midway.
+REAL_MODEL_RETRIES = 1
+
+Message = dict[str, Any]
+FailureCode = Literal["model_error", "model_stream_broken"]
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    text: str
+    tool_calls: tuple[ToolCallRequest, ...]
+    finish_reason: str | None
+    usage: Usage | None = None
+
+
+class ModelFailure(Exception):
+    """A model round failed. `streamed` tells whether any answer text had been emitted."""
+
+    def __init__(self, code: FailureCode, message: str, *, streamed: bool) -> None:
+        super().__init__(message)
+        self.code: FailureCode = code
+        self.message = message
+        self.streamed = streamed
+
+
+@dataclass
+class _Fragments:
+    """Tool-call pieces of one streamed round, assembled by their `index`."""
+
+    ids: dict[int, str] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
+    arguments: dict[int, list[str]] = field(default_factory=dict)
+
+    def add(self, delta: Any) -> None:
+        index = int(delta.index)
+        if delta.id:
+            self.ids[index] = delta.id
+        function = delta.function
+        if function is not None:
+            if function.name:
+                self.names[index] = self.names.get(index, "") + function.name
+            if function.arguments:
+                self.arguments.setdefault(index, []).append(function.arguments)
+        self.arguments.setdefault(index, [])
+
+    def calls(self) -> tuple[ToolCallRequest, ...]:
+        return tuple(
+            ToolCallRequest(
+                id=self.ids.get(index, f"call_{index}"),
+                name=self.names.get(index, ""),
+                arguments="".join(self.arguments[index]),
+            )
+            for index in sorted(self.arguments)
+        )
+
+
+class ModelClient:
+    """Wraps one `AsyncOpenAI` client; `primary` and `fallback` are model names on it."""
+
+    def __init__(
+        self,
+        client: AsyncOpenAI,
+        *,
+        primary: str,
+        fallback: str | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        self.client = client
+        self.primary = primary
+        self.fallback = fallback
+        self.max_tokens = max_tokens
+
+    async def run_round(
+        self,
+        model: str,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]],
+        on_text: Callable[[str], None],
+    ) -> RoundResult:
+        """Stream one completion; text pieces go to `on_text` as they arrive."""
+        with tracer.start_as_current_span("llm.round") as span:
+            span.set_attribute("gen_ai.operation.name", "chat")
+            span.set_attribute("gen_ai.request.model", model)
+            span.set_attribute("gen_ai.request.tool_count", len(tools))
+            started = time.perf_counter()
+            result = await self._stream(model, messages, tools, on_text)
+            if result.finish_reason:
+                span.set_attribute("gen_ai.response.finish_reasons", [result.finish_reason])
+            if result.usage is not None:
+                span.set_attribute("gen_ai.usage.input_tokens", result.usage.input_tokens)
+                span.set_attribute("gen_ai.usage.output_tokens", result.usage.output_tokens)
+            log.info(
+                "llm.round",
+                model=model,
+                finish_reason=result.finish_reason,
+                tool_call_count=len(result.tool_calls),
+                duration_ms=round((time.perf_counter() - started) * 1000, 1),
+            )
+            return result
+
+    async def _stream(
+        self,
+        model: str,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]],
+        on_text: Callable[[str], None],
+    ) -> RoundResult:
+        options: dict[str, Any] = {}
+        if tools:
+            options["tools"] = list(tools)
+        if self.max_tokens is not None:
+            options["max_tokens"] = self.max_tokens
+        try:
+            stream = await self.client.chat.completions.create(
+                model=model,
+                messages=cast(Any, list(messages)),
+                stream=True,
+                stream_options={"include_usage": True},
+                **options,
+            )
+        except openai.OpenAIError as error:
+            raise ModelFailure(
+                "model_error", f"The model request failed ({type(error).__name__}).",
+                streamed=False,
+            ) from error
+
+        text: list[str] = []
+        fragments = _Fragments()
+        finish_reason: str | None = None
+        usage: Usage | None = None
+        try:
+            async with stream:
+                async for chunk in stream:
+                    if chunk.usage is not None:
+                        usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                    for choice in chunk.choices:
+                        delta = choice.delta
+                        if delta.content:
+                            text.append(delta.content)
+                            on_text(delta.content)
+                        for tool_delta in delta.tool_calls or ():
+                            fragments.add(tool_delta)
+                        if choice.finish_reason:
+                            finish_reason = choice.finish_reason
+        except (openai.OpenAIError, httpx.HTTPError) as error:
+            raise ModelFailure(
+                "model_stream_broken",
+                f"The model stream broke ({type(error).__name__}).",
+                streamed=bool(text),
+            ) from error
+        if finish_reason is None:
+            raise ModelFailure(
+                "model_stream_broken", "The model stream ended without a finish reason.",
+                streamed=bool(text),
+            )
+        return RoundResult("".join(text), fragments.calls(), finish_reason, usage)
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+
+def build_model_client(
+    settings: Settings, transport: httpx.AsyncBaseTransport | None = None
+) -> ModelClient:
+    """The configured endpoint, or the offline model (or a test's transport) in process."""
+    if transport is None and settings.llm_base_url is not None:
+        api_key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else "unused"
+        client = AsyncOpenAI(
+            base_url=settings.llm_base_url,
+            api_key=api_key,
+            timeout=settings.llm_timeout_seconds,
+            max_retries=REAL_MODEL_RETRIES,
+        )
+    else:
+        client = AsyncOpenAI(
+            base_url=IN_PROCESS_BASE_URL,
+            api_key="offline",
+            max_retries=0,
+            # The SDK accepts an `httpx` client as well as its own `httpx2` one.
+            http_client=cast(Any, httpx.AsyncClient(
+                transport=transport or offline_transport(settings.offline_model_delay_ms),
+                timeout=settings.llm_timeout_seconds,
+            )),
+        )
+    return ModelClient(
+        client,
+        primary=settings.llm_model,
+        fallback=settings.llm_fallback_model,
+        max_tokens=settings.llm_max_tokens,
+    )

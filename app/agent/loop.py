@@ -1,0 +1,450 @@
+"""One chat turn, orchestrated: open the memory scope, read memory fail-open, run model rounds,
+stage tool calls on the ledger, commit after the final output, and end with `done` or `error`.
+
+Decisions live in `steps.py`, tool behaviour in `tools.py`, model access in `llm.py`; this module
+only sequences them and owns the failure paths (the design's "One turn", steps 1-6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, assert_never
+
+import anyio
+import structlog
+from opentelemetry import trace
+
+from app.agent.agents import Agent
+from app.agent.context import TurnContext, new_turn_id
+from app.agent.events import (
+    CommitOutcome,
+    DeltaEvent,
+    DoneEvent,
+    ErrorEvent,
+    FinishReason,
+    MemoryEvent,
+    StartEvent,
+    ToolEvent,
+    TurnEvent,
+)
+from app.agent.llm import Message, ModelFailure, RoundResult, ToolCallRequest
+from app.agent.prompts import MemoryView
+from app.agent.steps import FinalOutput, RunTools, ToolLimit, next_step
+from app.agent.tools import MEMORY_TOOL_NAME, run_memory_tool, unknown_tool_result
+from app.conversations.repository import MessageStatus, Role
+from app.conversations.service import ConversationService
+from app.memory.flags import FlagStore
+from app.memory.ledger import MemoryLedger
+from app.memory.render import MemoryStatus, usage
+from app.memory.rules import MemoryValidationError, Snapshot, Target
+from app.memory.scope import memory_scope
+from app.memory.service import MemoryService
+from app.settings import Settings
+
+log = structlog.get_logger(__name__)
+tracer = trace.get_tracer(__name__)
+
+# How long a disconnected stream waits for the turn's own cleanup (transcript, commit rollback).
+CLEANUP_SECONDS = 10.0
+
+Emit = Callable[[TurnEvent], None]
+
+
+@dataclass(frozen=True)
+class HistoryMessage:
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """A validated request. `user_id` is the verified subject; None on the memory-free route.
+    `conversation_id` is an existing conversation the caller owns, or None to start one."""
+
+    message: str
+    user_id: str | None
+    conversation_id: str | None = None
+    history: tuple[HistoryMessage, ...] = ()
+    store_transcript: bool = True
+
+
+@dataclass(frozen=True)
+class TurnServices:
+    settings: Settings
+    memory: MemoryService | None = None
+    flags: FlagStore | None = None
+    conversations: ConversationService | None = None
+
+
+@dataclass
+class _Progress:
+    """What the user has seen so far (for the transcript) and which model answers."""
+
+    model: str
+    text: list[str] = field(default_factory=list)
+    rounds: int = 0
+
+    @property
+    def answer(self) -> str:
+        return "".join(self.text)
+
+
+class TurnFailure(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Turn:
+    """One turn. Build it, then `await run(emit)` (or iterate `stream_turn`)."""
+
+    def __init__(self, agent: Agent, request: TurnRequest, services: TurnServices) -> None:
+        self.agent = agent
+        self.request = request
+        self.services = services
+        self.turn_id = new_turn_id()
+        self.cancel_event = threading.Event()
+        self.context: TurnContext | None = None
+
+    # -- the whole turn ------------------------------------------------------------------------
+
+    async def run(self, emit: Emit) -> None:
+        settings = self.services.settings
+        started = time.perf_counter()
+        progress = _Progress(model=self.agent.model.primary)
+        outcome = "failed"
+        with tracer.start_as_current_span("chat.turn") as span:
+            span.set_attribute("turn.agent", self.agent.name)
+            try:
+                async with asyncio.timeout(settings.turn_timeout_seconds):
+                    ctx = await self._open()
+                    span.set_attribute("memory.status", ctx.memory_status)
+                    with self._scope(ctx):
+                        emit(StartEvent(ctx.conversation_id, ctx.turn_id, ctx.memory_status))
+                        await self._store(ctx, "user", self.request.message, "complete")
+                        finish = await self._rounds(ctx, progress, emit)
+                        memory_event = await self._commit(ctx)
+                await self._store_shielded(ctx, progress.answer, "complete")
+                emit(memory_event)
+                emit(DoneEvent(finish))
+                outcome = finish
+            except asyncio.CancelledError:
+                # Disconnect or cancellation: the ledger is dropped, nothing is committed.
+                outcome = "cancelled"
+                self.cancel_event.set()
+                self._discard()
+                await self._store_shielded(self.context, progress.answer, "interrupted")
+                raise
+            except TimeoutError:
+                outcome = "timeout"
+                self.cancel_event.set()
+                self._discard()
+                emit(ErrorEvent("timeout", "The turn took too long; nothing was saved to memory."))
+                await self._store_shielded(self.context, progress.answer, "failed")
+            except (ModelFailure, TurnFailure) as failure:
+                outcome = failure.code
+                self._discard()
+                emit(ErrorEvent(failure.code, failure.message + " Nothing was saved to memory."))
+                await self._store_shielded(self.context, progress.answer, "failed")
+            except Exception as error:
+                outcome = "internal_error"
+                self._discard()
+                log.exception("turn.failed", turn_id=self.turn_id, error_type=type(error).__name__)
+                emit(ErrorEvent("internal_error", "The turn failed; nothing was saved to memory."))
+                await self._store_shielded(self.context, progress.answer, "failed")
+            finally:
+                span.set_attribute("turn.outcome", outcome)
+                span.set_attribute("turn.rounds", progress.rounds)
+                log.info(
+                    "turn.finished",
+                    turn_id=self.turn_id,
+                    agent=self.agent.name,
+                    outcome=outcome,
+                    rounds=progress.rounds,
+                    duration_ms=round((time.perf_counter() - started) * 1000, 1),
+                )
+
+    # -- steps 1-2: scope and memory, fail-open ------------------------------------------------
+
+    async def _open(self) -> TurnContext:
+        user_id = self.request.user_id
+        status: MemoryStatus = "disabled"
+        snapshot = Snapshot()
+        ledger: MemoryLedger | None = None
+        if user_id is not None and self.agent.uses_memory:
+            flags, memory = self.services.flags, self.services.memory
+            enabled = flags is not None and memory is not None and await flags.memory_enabled()
+            if enabled and memory is not None:
+                try:
+                    snapshot = await memory.read_async(user_id)
+                except Exception as error:
+                    # Fail open for the answer, closed for writes: no ledger, not even empty.
+                    status = "unavailable"
+                    log.warning("memory.read_failed", turn_id=self.turn_id,
+                                error_type=type(error).__name__)
+                else:
+                    status = "available"
+                    ledger = MemoryLedger(snapshot)
+        conversation_id = self.request.conversation_id
+        conversations = self.services.conversations
+        if (
+            conversation_id is None
+            and user_id is not None
+            and self.request.store_transcript
+            and conversations is not None
+        ):
+            conversation_id = await conversations.create(user_id, self.request.message)
+        self.context = TurnContext(
+            turn_id=self.turn_id,
+            conversation_id=conversation_id,
+            user_id=user_id,
+            memory_status=status,
+            ledger=ledger,
+            writes_enabled=ledger is not None,
+            baseline=snapshot,
+            cancel_event=self.cancel_event,
+        )
+        log.info("turn.started", turn_id=self.turn_id, conversation_id=conversation_id,
+                 agent=self.agent.name, memory_status=status,
+                 history_messages=len(self.request.history))
+        return self.context
+
+    @contextlib.contextmanager
+    def _scope(self, ctx: TurnContext) -> Iterator[None]:
+        if ctx.user_id is None:
+            yield
+            return
+        with memory_scope(ctx.user_id, ctx.writes_enabled):
+            yield
+
+    def _discard(self) -> None:
+        if self.context is not None:
+            self.context.ledger = None
+
+    # -- steps 3-4: the prompt and the tool loop -----------------------------------------------
+
+    def _initial_messages(self, agent: Agent) -> list[Message]:
+        messages: list[Message] = [{"role": "system", "content": agent.instructions}]
+        messages.extend(
+            {"role": item.role, "content": item.content} for item in self.request.history
+        )
+        messages.append({"role": "user", "content": self.request.message})
+        return messages
+
+    async def _rounds(self, ctx: TurnContext, progress: _Progress, emit: Emit) -> FinishReason:
+        memory = None
+        if ctx.user_id is not None and self.agent.uses_memory:
+            memory = MemoryView(ctx.memory_status, ctx.baseline, ctx.memory_tool_offered)
+        agent = self.agent.for_turn(memory)  # request-local copy; the shared agent is untouched
+        messages = self._initial_messages(agent)
+        max_rounds = self.services.settings.llm_max_rounds
+        for round_number in range(1, max_rounds + 1):
+            progress.rounds = round_number
+            result = await self._model_round(ctx, agent, messages, progress, emit)
+            step = next_step(result, round_number, max_rounds)
+            match step:
+                case FinalOutput(finish_reason=reason):
+                    return reason
+                case ToolLimit():
+                    return "tool_limit"
+                case RunTools(text=text, calls=calls):
+                    messages.append(_assistant_message(text, calls))
+                    for call in calls:
+                        content = self._run_tool(ctx, agent, call, emit)
+                        messages.append(
+                            {"role": "tool", "tool_call_id": call.id, "content": content}
+                        )
+                case _:
+                    assert_never(step)
+        return "tool_limit"  # unreachable: the last round is classified as ToolLimit
+
+    async def _model_round(
+        self,
+        ctx: TurnContext,
+        agent: Agent,
+        messages: Sequence[Message],
+        progress: _Progress,
+        emit: Emit,
+    ) -> RoundResult:
+        def on_text(piece: str) -> None:
+            progress.text.append(piece)
+            emit(DeltaEvent(piece))
+
+        while True:
+            try:
+                return await agent.model.run_round(progress.model, messages, agent.tools, on_text)
+            except ModelFailure as failure:
+                fallback = agent.model.fallback
+                # The fallback may answer only a turn that has neither staged memory nor shown
+                # any text: otherwise its answer could contradict what was staged or said.
+                if (
+                    fallback is None
+                    or progress.model == fallback
+                    or ctx.staged
+                    or progress.text
+                    or failure.streamed
+                ):
+                    raise
+                log.warning("llm.fallback", turn_id=ctx.turn_id, failure=failure.code,
+                            model=fallback)
+                progress.model = fallback
+
+    def _run_tool(
+        self, ctx: TurnContext, agent: Agent, call: ToolCallRequest, emit: Emit
+    ) -> str:
+        offered = {str(tool["function"]["name"]) for tool in agent.tools}
+        if call.name not in offered:
+            if call.name == MEMORY_TOOL_NAME:
+                emit(ToolEvent("rejected", 0))
+            return unknown_tool_result(call.name == MEMORY_TOOL_NAME)
+        result = run_memory_tool(ctx, call.arguments)
+        emit(ToolEvent(result.outcome, result.operation_count))
+        return result.content
+
+    # -- step 5: commit while connected --------------------------------------------------------
+
+    async def _commit(self, ctx: TurnContext) -> MemoryEvent:
+        ledger = ctx.ledger
+        memory = self.services.memory
+        if ledger is None or not ledger.staged or memory is None or ctx.user_id is None:
+            return _memory_event("none", ctx.baseline)
+        batches = list(ledger.batches)
+        targets: dict[Target, int] = {}
+        for operation in ledger.operations:
+            targets[operation.target] = targets.get(operation.target, 0) + 1
+        fields: dict[str, Any] = {
+            "tool": MEMORY_TOOL_NAME,
+            "turn_id": ctx.turn_id,
+            "operation_count": len(ledger.operations),
+            "targets": targets,
+        }
+        with tracer.start_as_current_span("memory.commit") as span:
+            span.set_attribute("memory.operation_count", len(ledger.operations))
+            started = time.perf_counter()
+            try:
+                result = await _commit_guarded(memory, ctx.user_id, batches, ctx.cancel_event)
+            except MemoryValidationError as error:
+                # The latest stored memory no longer accepts the batch (a concurrent change):
+                # rejected clearly, nothing written.
+                span.set_attribute("memory.outcome", "failed")
+                log.warning("memory.commit", **fields, outcome="failed", reason=error.code,
+                            duration_ms=round((time.perf_counter() - started) * 1000, 1),
+                            **usage(ctx.baseline))
+                return _memory_event("failed", ctx.baseline)
+            except asyncio.CancelledError:
+                span.set_attribute("memory.outcome", "cancelled")
+                log.info("memory.commit", **fields, outcome="cancelled")
+                raise
+            except Exception as error:
+                if ctx.cancel_event.is_set():
+                    raise
+                span.set_attribute("memory.outcome", "failed")
+                log.warning("memory.commit", **fields, outcome="failed",
+                            reason=type(error).__name__, **usage(ctx.baseline),
+                            duration_ms=round((time.perf_counter() - started) * 1000, 1))
+                return _memory_event("failed", ctx.baseline)
+            span.set_attribute("memory.outcome", "committed")
+            span.set_attribute("memory.retry_count", result.retry_count)
+            counts = usage(result.snapshot)
+            log.info("memory.commit", **fields, outcome="committed", **counts,
+                     duration_ms=round(result.duration_ms, 1), retry_count=result.retry_count)
+            ctx.ledger = None  # committed: nothing is left to stage or discard
+            return _memory_event("committed", result.snapshot)
+
+    # -- transcript ----------------------------------------------------------------------------
+
+    async def _store(
+        self, ctx: TurnContext | None, role: Role, content: str, status: MessageStatus
+    ) -> None:
+        conversations = self.services.conversations
+        if ctx is None or conversations is None or not self.request.store_transcript:
+            return
+        await conversations.append(ctx.conversation_id, ctx.turn_id, role, content, status)
+
+    async def _store_shielded(
+        self, ctx: TurnContext | None, content: str, status: MessageStatus
+    ) -> None:
+        """Cleanup that must finish even while the turn is being cancelled."""
+        task = asyncio.ensure_future(self._store(ctx, "assistant", content, status))
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            await asyncio.wait([task], timeout=CLEANUP_SECONDS)
+            raise
+
+
+async def _commit_guarded(
+    memory: MemoryService,
+    user_id: str,
+    batches: Sequence[Sequence[Any]],
+    cancel_event: threading.Event,
+) -> Any:
+    """`commit_in_worker` in its own task: a cancellation sets the event first, then waits for
+    the worker to roll back, so no commit can land after the turn has been abandoned."""
+    task = asyncio.ensure_future(memory.commit_in_worker(user_id, batches, cancel_event))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        cancel_event.set()
+        await asyncio.wait([task], timeout=CLEANUP_SECONDS)
+        if task.done() and not task.cancelled():
+            task.exception()  # the rollback is the expected outcome
+        raise
+
+
+def _memory_event(outcome: CommitOutcome, snapshot: Snapshot) -> MemoryEvent:
+    return MemoryEvent(outcome, snapshot.characters("user"), snapshot.characters("memory"))
+
+
+def _assistant_message(text: str, calls: Sequence[ToolCallRequest]) -> Message:
+    return {
+        "role": "assistant",
+        "content": text or None,
+        "tool_calls": [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in calls
+        ],
+    }
+
+
+async def collect_turn(turn: Turn) -> list[TurnEvent]:
+    """Run a turn without streaming (cancel the awaiting task to abandon it)."""
+    events: list[TurnEvent] = []
+    await turn.run(events.append)
+    return events
+
+
+async def stream_turn(turn: Turn) -> AsyncGenerator[TurnEvent, None]:
+    """The turn's events as they happen. The turn runs in its own task, so a consumer that goes
+    away (sse-starlette cancels the generator on disconnect) cancels it and then waits, shielded,
+    for its cleanup: the ledger is discarded and the interrupted transcript stored."""
+    queue: asyncio.Queue[TurnEvent | None] = asyncio.Queue()
+
+    async def produce() -> None:
+        try:
+            await turn.run(queue.put_nowait)
+        finally:
+            queue.put_nowait(None)
+
+    task = asyncio.create_task(produce(), name=f"turn-{turn.turn_id}")
+    try:
+        while (event := await queue.get()) is not None:
+            yield event
+    finally:
+        if not task.done():
+            turn.cancel_event.set()
+            task.cancel()
+        with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
+            await asyncio.wait([task])
+        if task.done() and not task.cancelled():
+            task.exception()  # run() reports its own failures as events

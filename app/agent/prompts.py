@@ -1,0 +1,61 @@
+"""Versioned prompt templates (Jinja2, StrictUndefined): behaviour policy in `prompts/`, values
+from code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
+
+from app.memory.render import MemoryStatus, render_block
+from app.memory.rules import LIMITS, Snapshot
+
+PROMPTS_ROOT = Path(__file__).resolve().parents[2] / "prompts"
+PromptKind = Literal["system", "eval"]
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """The runtime values the system template needs; an unavailable read renders empty."""
+
+    status: MemoryStatus
+    snapshot: Snapshot
+    tool_offered: bool
+
+    def variables(self) -> dict[str, object]:
+        shown = self.status == "available"
+        return {
+            "memory_status": self.status,
+            "memory_block": render_block(self.snapshot) if shown else "",
+            "memory_tool": self.tool_offered,
+            "user_memory_used": self.snapshot.characters("user") if shown else 0,
+            "user_memory_limit": LIMITS["user"],
+            "memory_used": self.snapshot.characters("memory") if shown else 0,
+            "memory_limit": LIMITS["memory"],
+        }
+
+
+class PromptLibrary:
+    """Loads `prompts/{kind}/{version}.md.j2`; a missing variable is an error, never blank."""
+
+    def __init__(self, root: Path = PROMPTS_ROOT) -> None:
+        self.root = root
+        self.environment = Environment(
+            loader=FileSystemLoader(str(root)),
+            undefined=StrictUndefined,
+            autoescape=False,  # plain text for a model, not HTML
+            keep_trailing_newline=True,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+
+    def template(self, kind: PromptKind, version: str) -> Template:
+        return self.environment.get_template(f"{kind}/{version}.md.j2")
+
+    def system_prompt(self, version: str, memory: MemoryView) -> str:
+        return self.template("system", version).render(**memory.variables()).strip()
+
+    def eval_prompt(self, version: str) -> str:
+        return self.template("eval", version).render().strip()

@@ -1,0 +1,169 @@
+"""The `memory_update` tool: validates a proposed batch against the request's ledger, never the
+database, and answers the model with a short JSON result that never echoes entries."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from opentelemetry import trace
+
+from app.agent.context import MAX_REJECTED_CALLS, TurnContext
+from app.agent.events import ToolOutcome
+from app.memory.ledger import stage_operations
+from app.memory.rules import LIMITS, MemoryValidationError, Snapshot, parse_operations
+from app.memory.scope import current_memory_request
+
+log = structlog.get_logger(__name__)
+tracer = trace.get_tracer(__name__)
+
+MEMORY_TOOL_NAME = "memory_update"
+UNAVAILABLE_MESSAGE = "memory unavailable: nothing was saved"
+
+# Exactly the design's contract; the owner is never a parameter.
+MEMORY_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": MEMORY_TOOL_NAME,
+        "description": (
+            "Propose edits to the user's persistent memory (USER PROFILE = target 'user', "
+            "AGENT MEMORY = target 'memory'). Edits are saved only if this turn completes. "
+            "add needs content; replace needs match (a unique substring) and the complete new "
+            "entry; remove needs match. The batch is ordered; capacity is checked after it."
+        ),
+        "parameters": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "operations": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 20,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "target": {"enum": ["user", "memory"]},
+                            "action": {"enum": ["add", "replace", "remove"]},
+                            "match": {"type": ["string", "null"]},
+                            "content": {"type": ["string", "null"]},
+                        },
+                        "required": ["target", "action"],
+                    },
+                },
+            },
+            "required": ["operations"],
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What the loop needs from one call: the event outcome and the message for the model."""
+
+    outcome: ToolOutcome
+    operation_count: int
+    content: str
+
+
+def _usage(snapshot: Snapshot) -> dict[str, int]:
+    return {
+        "user_characters": snapshot.characters("user"),
+        "user_limit": LIMITS["user"],
+        "memory_characters": snapshot.characters("memory"),
+        "memory_limit": LIMITS["memory"],
+    }
+
+
+def _count(arguments: object) -> int:
+    if isinstance(arguments, dict) and isinstance(arguments.get("operations"), list):
+        return len(arguments["operations"])
+    return 0
+
+
+def _writes_allowed(ctx: TurnContext) -> bool:
+    """Identity and the write switch come from the request scope and the context, never from
+    the arguments; both must agree that this turn may stage writes."""
+    scope = current_memory_request.get()
+    return (
+        ctx.ledger is not None
+        and ctx.writes_enabled
+        and scope is not None
+        and scope.writes_enabled
+        and scope.user_id == ctx.user_id
+    )
+
+
+def run_memory_tool(ctx: TurnContext, raw_arguments: str) -> ToolResult:
+    """Stage one batch on the turn's ledger, or explain to the model why not."""
+    with tracer.start_as_current_span("memory.tool") as span:
+        started = time.perf_counter()
+        result, targets = _run(ctx, raw_arguments)
+        span.set_attribute("memory.outcome", result.outcome)
+        span.set_attribute("memory.operation_count", result.operation_count)
+        log.info(
+            "memory.tool",
+            tool=MEMORY_TOOL_NAME,
+            turn_id=ctx.turn_id,
+            outcome=result.outcome,
+            operation_count=result.operation_count,
+            targets=targets,
+            rejected_calls=ctx.rejected_calls,
+            duration_ms=round((time.perf_counter() - started) * 1000, 2),
+        )
+        return result
+
+
+def _rejected(ctx: TurnContext, count: int, code: str, reason: str) -> ToolResult:
+    ctx.rejected_calls += 1
+    payload: dict[str, Any] = {"status": "rejected", "code": code, "reason": reason}
+    payload.update(_usage(ctx.ledger.snapshot if ctx.ledger else ctx.baseline))
+    if ctx.rejection_limit_reached:
+        payload["instruction"] = (
+            f"{MAX_REJECTED_CALLS} memory edits were rejected in this turn. Stop calling "
+            "memory_update and answer the user now."
+        )
+    return ToolResult("rejected", count, json.dumps(payload))
+
+
+def _run(ctx: TurnContext, raw_arguments: str) -> tuple[ToolResult, dict[str, int]]:
+    try:
+        arguments: object = json.loads(raw_arguments or "{}")
+    except ValueError:
+        arguments = None
+    count = _count(arguments)
+    if not _writes_allowed(ctx):
+        payload: dict[str, Any] = {"status": "unavailable", "message": UNAVAILABLE_MESSAGE}
+        return ToolResult("unavailable", count, json.dumps(payload)), {}
+    assert ctx.ledger is not None  # _writes_allowed checked it
+    if ctx.rejection_limit_reached:
+        return _rejected(ctx, count, "too_many_rejections",
+                         "Too many rejected memory edits in this turn."), {}
+    if arguments is None:
+        return _rejected(ctx, 0, "invalid_arguments", "The arguments are not valid JSON."), {}
+    try:
+        operations = parse_operations(arguments)
+        snapshot = stage_operations(ctx.ledger, operations)
+    except MemoryValidationError as error:
+        return _rejected(ctx, count, error.code, error.message), {}
+    targets = {str(key): value for key, value in Counter(o.target for o in operations).items()}
+    staged: dict[str, Any] = {
+        "status": "staged",
+        "operations": len(operations),
+        "note": "Saved when this turn completes successfully.",
+        **_usage(snapshot),
+    }
+    return ToolResult("staged", len(operations), json.dumps(staged)), targets
+
+
+def unknown_tool_result(name_known: bool) -> str:
+    """The answer to a call of a tool that this turn does not offer."""
+    reason = "memory_update is not available in this conversation." if name_known else (
+        "No such tool is available."
+    )
+    return json.dumps({"status": "rejected", "code": "tool_not_offered", "reason": reason})

@@ -1,0 +1,138 @@
+"""Storage of conversation transcripts. Functions take a connection and never commit: the caller
+owns the transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from sqlalchemy import Connection, delete, insert, select, update
+
+from app.db.schema import conversation_messages, conversations
+
+Role = Literal["user", "assistant"]
+MessageStatus = Literal["complete", "interrupted", "failed"]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    title: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    role: Role
+    content: str
+    status: MessageStatus
+    turn_id: str
+    created_at: datetime
+
+
+def now() -> datetime:
+    """Naive UTC with microseconds, so that newest-first ordering is stable within a second."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def create(connection: Connection, conversation_id: str, user_id: str, title: str) -> None:
+    stamp = now()
+    connection.execute(
+        insert(conversations).values(
+            id=conversation_id, user_id=user_id, title=title, created_at=stamp, updated_at=stamp
+        )
+    )
+
+
+def get(connection: Connection, user_id: str, conversation_id: str) -> Conversation | None:
+    """The conversation only when `user_id` owns it: another user's id reads as absent."""
+    row = connection.execute(
+        select(
+            conversations.c.id,
+            conversations.c.title,
+            conversations.c.created_at,
+            conversations.c.updated_at,
+        ).where(conversations.c.id == conversation_id, conversations.c.user_id == user_id)
+    ).first()
+    return Conversation(*row) if row is not None else None
+
+
+def list_for_user(connection: Connection, user_id: str) -> list[Conversation]:
+    rows = connection.execute(
+        select(
+            conversations.c.id,
+            conversations.c.title,
+            conversations.c.created_at,
+            conversations.c.updated_at,
+        )
+        .where(conversations.c.user_id == user_id)
+        .order_by(conversations.c.updated_at.desc(), conversations.c.created_at.desc())
+    ).all()
+    return [Conversation(*row) for row in rows]
+
+
+def add_message(
+    connection: Connection,
+    conversation_id: str,
+    turn_id: str,
+    role: Role,
+    content: str,
+    status: MessageStatus,
+) -> None:
+    stamp = now()
+    connection.execute(
+        insert(conversation_messages).values(
+            conversation_id=conversation_id,
+            turn_id=turn_id,
+            role=role,
+            content=content,
+            status=status,
+            created_at=stamp,
+        )
+    )
+    connection.execute(
+        update(conversations).where(conversations.c.id == conversation_id).values(updated_at=stamp)
+    )
+
+
+def messages(
+    connection: Connection, conversation_id: str, *, last: int | None = None
+) -> list[StoredMessage]:
+    """Messages in order; with `last`, only the most recent `last` of them."""
+    query = select(
+        conversation_messages.c.role,
+        conversation_messages.c.content,
+        conversation_messages.c.status,
+        conversation_messages.c.turn_id,
+        conversation_messages.c.created_at,
+    ).where(conversation_messages.c.conversation_id == conversation_id)
+    if last is None:
+        rows = connection.execute(query.order_by(conversation_messages.c.id)).all()
+    else:
+        rows = list(
+            reversed(
+                connection.execute(
+                    query.order_by(conversation_messages.c.id.desc()).limit(last)
+                ).all()
+            )
+        )
+    return [StoredMessage(*row) for row in rows]
+
+
+def remove(connection: Connection, user_id: str, conversation_id: str) -> bool:
+    owned = connection.execute(
+        select(conversations.c.id).where(
+            conversations.c.id == conversation_id, conversations.c.user_id == user_id
+        )
+    ).first()
+    if owned is None:
+        return False
+    connection.execute(
+        delete(conversation_messages).where(
+            conversation_messages.c.conversation_id == conversation_id
+        )
+    )
+    connection.execute(delete(conversations).where(conversations.c.id == conversation_id))
+    return True

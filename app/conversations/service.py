@@ -1,0 +1,113 @@
+"""The conversation transcript: kept apart from memory, owned per user, written best-effort
+during a turn so that a database outage never stops an answer."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import structlog
+from sqlalchemy import Engine
+
+from app.conversations import repository
+from app.conversations.repository import Conversation, MessageStatus, Role, StoredMessage
+
+log = structlog.get_logger(__name__)
+
+TITLE_CHARS = 80
+
+
+def title_for(message: str) -> str:
+    first_line = message.strip().splitlines()[0] if message.strip() else "New conversation"
+    return first_line[:TITLE_CHARS].strip() or "New conversation"
+
+
+class ConversationService:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # -- reads and deletes for the owner (errors propagate: the routes answer them) ------------
+
+    def _get(self, user_id: str, conversation_id: str) -> Conversation | None:
+        with self.engine.connect() as connection:
+            return repository.get(connection, user_id, conversation_id)
+
+    async def get(self, user_id: str, conversation_id: str) -> Conversation | None:
+        return await asyncio.to_thread(self._get, user_id, conversation_id)
+
+    def _list(self, user_id: str) -> list[Conversation]:
+        with self.engine.connect() as connection:
+            return repository.list_for_user(connection, user_id)
+
+    async def list_for(self, user_id: str) -> list[Conversation]:
+        return await asyncio.to_thread(self._list, user_id)
+
+    def _messages(
+        self, user_id: str, conversation_id: str, last: int | None
+    ) -> list[StoredMessage] | None:
+        with self.engine.connect() as connection:
+            if repository.get(connection, user_id, conversation_id) is None:
+                return None
+            return repository.messages(connection, conversation_id, last=last)
+
+    async def messages(
+        self, user_id: str, conversation_id: str, *, last: int | None = None
+    ) -> list[StoredMessage] | None:
+        """The owner's messages (the last `last` of them), or None when not the owner's."""
+        return await asyncio.to_thread(self._messages, user_id, conversation_id, last)
+
+    def _delete(self, user_id: str, conversation_id: str) -> bool:
+        with self.engine.begin() as connection:
+            return repository.remove(connection, user_id, conversation_id)
+
+    async def delete(self, user_id: str, conversation_id: str) -> bool:
+        return await asyncio.to_thread(self._delete, user_id, conversation_id)
+
+    # -- best-effort writes during a turn ------------------------------------------------------
+
+    def _create(self, user_id: str, title: str) -> str:
+        conversation_id = str(uuid.uuid4())
+        with self.engine.begin() as connection:
+            repository.create(connection, conversation_id, user_id, title)
+        return conversation_id
+
+    async def create(self, user_id: str, first_message: str) -> str | None:
+        """A new conversation's id, or None when the transcript cannot be stored right now."""
+        try:
+            return await asyncio.to_thread(self._create, user_id, title_for(first_message))
+        except Exception as error:
+            log.warning("conversation.create_failed", error_type=type(error).__name__)
+            return None
+
+    def _append(
+        self, conversation_id: str, turn_id: str, role: Role, content: str, status: MessageStatus
+    ) -> None:
+        with self.engine.begin() as connection:
+            repository.add_message(connection, conversation_id, turn_id, role, content, status)
+
+    async def append(
+        self,
+        conversation_id: str | None,
+        turn_id: str,
+        role: Role,
+        content: str,
+        status: MessageStatus = "complete",
+    ) -> bool:
+        """Store one message; a failure is logged (without content) and the turn goes on."""
+        if conversation_id is None:
+            return False
+        try:
+            await asyncio.to_thread(
+                self._append, conversation_id, turn_id, role, content, status
+            )
+        except Exception as error:
+            log.warning(
+                "conversation.append_failed",
+                conversation_id=conversation_id,
+                turn_id=turn_id,
+                role=role,
+                status=status,
+                error_type=type(error).__name__,
+            )
+            return False
+        return True
