@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpx
 from fastapi import FastAPI
 
 from app.api import admin, chat, conversations, dev, errors, eval, health, memory, web
@@ -15,12 +16,14 @@ from app.settings import Settings, SettingsError, get_settings
 DEFAULT_MAX_REQUEST_BYTES: int = Settings.model_fields["max_request_bytes"].default
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, model_transport: httpx.AsyncBaseTransport | None = None
+) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             resolved = (settings or get_settings()).with_dev_secret()
-            runtime = build_runtime(resolved)
+            runtime = build_runtime(resolved, model_transport=model_transport)
         except SettingsError:
             raise
         except (OSError, ValueError) as error:

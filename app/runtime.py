@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import httpx
 from sqlalchemy import Engine
 
+from app.agent.agents import AgentRegistry
 from app.api.auth import DevTokens, TokenVerifier, build_verifier
+from app.conversations.service import ConversationService
 from app.db.engine import build_engine
 from app.memory.flags import FlagStore
 from app.memory.service import MemoryService
@@ -21,12 +24,17 @@ class Runtime:
     flags: FlagStore
     verifier: TokenVerifier
     dev_tokens: DevTokens | None  # set only in AUTH_MODE=dev
+    agents: AgentRegistry
+    conversations: ConversationService
 
     async def aclose(self) -> None:
+        await self.agents.aclose()
         self.engine.dispose()
 
 
-def build_runtime(settings: Settings) -> Runtime:
+def build_runtime(
+    settings: Settings, *, model_transport: httpx.AsyncBaseTransport | None = None
+) -> Runtime:
     """Builds clients without connecting: the engine and the JWKS client connect on first use."""
     verifier, dev_tokens = build_verifier(settings)
     engine = build_engine(settings.database_url)
@@ -41,4 +49,7 @@ def build_runtime(settings: Settings) -> Runtime:
         ),
         verifier=verifier,
         dev_tokens=dev_tokens,
+        # Agents are built lazily on first use; `model_transport` lets tests script the model.
+        agents=AgentRegistry(settings, model_transport=model_transport),
+        conversations=ConversationService(engine),
     )
