@@ -1,0 +1,171 @@
+"""`python -m app`: migrate, serve, switch the memory flag and mint dev tokens."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from app.settings import Settings, SettingsError, get_settings, load_settings
+
+# `serve` is the embedded, try-it-now mode: memory is on unless the environment says otherwise.
+SERVE_DEFAULTS = {"MEMORY_ENABLED": "true"}
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def cmd_migrate(_args: argparse.Namespace) -> int:
+    from app.db.engine import build_engine
+    from app.db.migrate import head_revision, upgrade
+
+    settings = load_settings()
+    engine = build_engine(settings.database_url)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+    print(f"database migrated to {head_revision()}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.db.engine import build_engine
+    from app.db.migrate import upgrade
+
+    for name, value in SERVE_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    get_settings.cache_clear()
+    settings = get_settings()  # validates, and creates the dev secret file when needed
+    engine = build_engine(settings.database_url)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+    url = f"http://{args.host}:{args.port}"
+    print(f"Serving agent memory on {url}  (auth: {settings.auth_mode}, "
+          f"model: {'offline' if settings.offline_model else settings.llm_model})")
+    if settings.auth_mode == "dev":
+        print("Get a token:  python -m app token --sub alice")
+        print(f"         or:  curl -s -X POST {url}/dev/token "
+              "-H 'content-type: application/json' -d '{\"sub\": \"alice\"}'")
+    sys.stdout.flush()
+    uvicorn.run("app.main:app", host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def cmd_flags(args: argparse.Namespace) -> int:
+    from app.db.engine import build_engine
+    from app.memory.flags import KNOWN_FLAGS, read_flag, write_flag
+
+    settings = load_settings()
+    engine = build_engine(settings.database_url)
+    try:
+        if args.flags_command == "set":
+            state = write_flag(engine, args.name, args.value == "on", updated_by="cli")
+            print(f"{state.name}: {'on' if state.enabled else 'off'} (database)")
+            return 0
+        for name in KNOWN_FLAGS:
+            default = settings.memory_enabled if name == "memory" else False
+            state = read_flag(engine, name, default)
+            print(f"{state.name}: {'on' if state.enabled else 'off'} ({state.source})")
+        return 0
+    finally:
+        engine.dispose()
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from app.api.auth import MAX_SUBJECT_CHARS, DevTokens
+
+    settings: Settings = get_settings()
+    if settings.auth_mode != "dev" or settings.auth_dev_secret is None:
+        return _fail("dev tokens exist only with AUTH_MODE=dev")
+    if not 1 <= len(args.sub) <= MAX_SUBJECT_CHARS:
+        return _fail(f"--sub must be 1 to {MAX_SUBJECT_CHARS} characters")
+    tokens = DevTokens(
+        settings.auth_dev_secret.get_secret_value(),
+        ttl_seconds=args.ttl or settings.auth_dev_token_ttl_seconds,
+        leeway_seconds=settings.auth_leeway_seconds,
+    )
+    print(tokens.issue(args.sub, args.role))
+    return 0
+
+
+# -- parser ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m app",
+        description="Agent memory backend. Settings come from the environment and .env "
+        "(see .env.example).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    migrate = commands.add_parser(
+        "migrate", help="bring DATABASE_URL to the latest migration",
+        description="Bring the database named by DATABASE_URL to the latest migration.",
+    )
+    migrate.set_defaults(handler=cmd_migrate)
+
+    serve = commands.add_parser(
+        "serve", help="migrate if needed, then serve the API",
+        description="Migrate the database if needed, then serve app.main:app with uvicorn. "
+        "Defaults: SQLite under ./data, dev auth with a secret kept in ./data/dev-secret, "
+        "the offline model, MEMORY_ENABLED=true unless set.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--log-level", default="info",
+                       choices=["critical", "error", "warning", "info", "debug"],
+                       help="uvicorn's log level (default info)")
+    serve.set_defaults(handler=cmd_serve)
+
+    flags = commands.add_parser(
+        "flags", help="read or switch feature flags",
+        description="Read or switch the feature flags stored in the database.",
+    )
+    flag_commands = flags.add_subparsers(dest="flags_command", required=True, metavar="ACTION")
+    flag_get = flag_commands.add_parser("get", help="print every flag and where it comes from",
+                                        description="Print every flag and its source.")
+    flag_get.set_defaults(handler=cmd_flags)
+    flag_set = flag_commands.add_parser(
+        "set", help="switch a flag: set memory on|off",
+        description="Switch a flag for every replica (they follow within FLAG_CACHE_SECONDS). "
+        "Turning memory off deletes nothing.",
+    )
+    flag_set.add_argument("name", choices=["memory"], help="the flag")
+    flag_set.add_argument("value", choices=["on", "off"], help="the new value")
+    flag_set.set_defaults(handler=cmd_flags)
+
+    token = commands.add_parser(
+        "token", help="print a dev token (AUTH_MODE=dev)",
+        description="Print an HS256 dev token signed with the dev secret (AUTH_MODE=dev only).",
+    )
+    token.add_argument("--sub", required=True, help="the subject (memory owner), e.g. alice")
+    token.add_argument("--role", action="append", default=[],
+                       help="a role to grant, e.g. operator (repeatable)")
+    token.add_argument("--ttl", type=int, default=None, help="lifetime in seconds")
+    token.set_defaults(handler=cmd_token)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except SettingsError as error:
+        return _fail(str(error))
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

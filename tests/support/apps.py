@@ -1,0 +1,73 @@
+"""Applications for API tests: settings for a database URL, an in-process client, a live server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, func, select
+
+from app.db.schema import agent_memory
+from app.main import create_app
+from app.settings import Settings
+from tests.support.server import free_port, live_server
+from tests.support.tokens import OIDC_AUDIENCE, OIDC_ISSUER, TEST_DEV_SECRET
+
+
+def api_settings(database_url: str, **overrides: Any) -> Settings:
+    """Dev-mode settings for tests: fixed secret, memory on, no flag caching, no .env file."""
+    values: dict[str, Any] = {
+        "database_url": database_url,
+        "auth_mode": "dev",
+        "auth_dev_secret": TEST_DEV_SECRET,
+        "memory_enabled": True,
+        "flag_cache_seconds": 0,
+        "offline_model_delay_ms": 0,
+        "log_format": "console",
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+def oidc_settings(database_url: str, jwks_url: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "auth_mode": "oidc",
+        "auth_dev_secret": None,
+        "auth_jwks_url": jwks_url,
+        "auth_issuer": OIDC_ISSUER,
+        "auth_audience": OIDC_AUDIENCE,
+        "auth_jwks_refresh_cooldown_seconds": 0,
+    }
+    values.update(overrides)
+    return api_settings(database_url, **values)
+
+
+def closed_port_url() -> str:
+    """A PostgreSQL URL on a loopback port where nothing listens: a database that is down."""
+    return f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/down?connect_timeout=2"
+
+
+@contextmanager
+def app_client(settings: Settings) -> Iterator[TestClient]:
+    """The app in process (ASGI), lifespan included; exits dispose its engine."""
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        yield client
+
+
+@contextmanager
+def served(settings: Settings, app: FastAPI | None = None) -> Iterator[str]:
+    """The app behind real uvicorn on a free loopback port; yields its base URL."""
+    with live_server(app or create_app(settings)) as url:
+        yield url
+
+
+def memory_rows(engine: Engine, user_id: str | None = None) -> int:
+    """Rows in agent_memory (for one user, or all), read on a separate connection."""
+    query = select(func.count()).select_from(agent_memory)
+    if user_id is not None:
+        query = query.where(agent_memory.c.user_id == user_id)
+    with engine.connect() as connection:
+        return int(connection.execute(query).scalar_one())
