@@ -49,7 +49,7 @@ def load_snapshot(connection: Connection, user_id: str, *, lock: bool = False) -
         query = select(
             agent_memory.c.memory_type, agent_memory.c.content, agent_memory.c.schema_version
         ).where(agent_memory.c.user_id == user_id)
-    rows = connection.execute(query).tuples().all()
+    rows = [tuple(row) for row in connection.execute(query).all()]
     return snapshot_from_rows(rows)
 
 
