@@ -1,0 +1,47 @@
+"""Telemetry that is useful to operators and private by default: logs, traces, redaction."""
+
+from __future__ import annotations
+
+from app.telemetry.events import (
+    MEMORY_COMMIT_EVENT,
+    MEMORY_TOOL_EVENT,
+    bind_subject,
+    count_targets,
+    memory_event,
+    turn_context,
+)
+from app.telemetry.logging import configure_logging
+from app.telemetry.redaction import (
+    REDACTED,
+    register_json_strings,
+    register_sensitive,
+    subject_hash,
+    telemetry_scope,
+)
+from app.telemetry.tracing import (
+    capture_content,
+    captured_spans,
+    configure_tracing,
+    shutdown_tracing,
+    start_export,
+)
+
+__all__ = [
+    "MEMORY_COMMIT_EVENT",
+    "MEMORY_TOOL_EVENT",
+    "REDACTED",
+    "bind_subject",
+    "capture_content",
+    "captured_spans",
+    "configure_logging",
+    "configure_tracing",
+    "count_targets",
+    "memory_event",
+    "register_json_strings",
+    "register_sensitive",
+    "shutdown_tracing",
+    "start_export",
+    "subject_hash",
+    "telemetry_scope",
+    "turn_context",
+]

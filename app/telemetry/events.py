@@ -1,0 +1,107 @@
+"""Typed telemetry helpers for call sites: the design's memory event and turn/subject binding.
+
+The memory event carries the design's operational metadata and nothing else, to the log and to
+the current span alike, so that an operator sees the same facts in both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Literal, Protocol
+
+import structlog
+from opentelemetry import trace
+
+from app.telemetry.redaction import subject_hash
+
+log = structlog.get_logger(__name__)
+
+MEMORY_TOOL_EVENT = "memory.tool"
+MEMORY_COMMIT_EVENT = "memory.commit"
+MemoryStage = Literal["tool", "commit"]
+
+# Outcomes are enums: anything else is reported as "other", so that a free-text value can never
+# ride along in an allow-listed field.
+MEMORY_OUTCOMES: frozenset[str] = frozenset(
+    {"staged", "rejected", "unavailable", "disabled", "committed", "none", "failed", "cancelled"}
+)
+
+
+class _Targeted(Protocol):
+    @property
+    def target(self) -> str: ...
+
+
+def count_targets(operations: Iterable[_Targeted]) -> dict[str, int]:
+    counts = {"user": 0, "memory": 0}
+    for operation in operations:
+        if operation.target in counts:
+            counts[operation.target] += 1
+    return counts
+
+
+def memory_event(
+    *,
+    stage: MemoryStage,
+    operation_count: int,
+    targets: Mapping[str, int],
+    user_characters: int,
+    memory_characters: int,
+    duration_ms: float,
+    outcome: str,
+    retry_count: int = 0,
+    tool: str = "memory_update",
+) -> None:
+    """Log the design's memory event (after each `memory_update` call and each commit) and put
+    the same metadata on the current span."""
+    outcome = outcome if outcome in MEMORY_OUTCOMES else "other"
+    user_targets = int(targets.get("user", 0))
+    memory_targets = int(targets.get("memory", 0))
+    fields: dict[str, Any] = {
+        "tool": tool,
+        "operation_count": int(operation_count),
+        "targets": {"user": user_targets, "memory": memory_targets},
+        "user_characters": int(user_characters),
+        "memory_characters": int(memory_characters),
+        "duration_ms": round(float(duration_ms), 1),
+        "retry_count": int(retry_count),
+        "outcome": outcome,
+    }
+    log.info(MEMORY_TOOL_EVENT if stage == "tool" else MEMORY_COMMIT_EVENT, **fields)
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attributes(
+            {
+                "memory.stage": stage,
+                "memory.tool": tool,
+                "memory.operation_count": fields["operation_count"],
+                "memory.targets.user": user_targets,
+                "memory.targets.memory": memory_targets,
+                "memory.user_characters": fields["user_characters"],
+                "memory.memory_characters": fields["memory_characters"],
+                "memory.duration_ms": fields["duration_ms"],
+                "memory.retry_count": fields["retry_count"],
+                "memory.outcome": outcome,
+            }
+        )
+
+
+def bind_subject(subject: str) -> None:
+    """Put the caller's subject on every following log line of this context, as a hash only."""
+    structlog.contextvars.bind_contextvars(subject_hash=subject_hash(subject))
+
+
+@contextmanager
+def turn_context(turn_id: str, subject: str | None = None) -> Iterator[None]:
+    """Bind the turn id (and the hashed subject) to the log lines and the span of a turn."""
+    bound: dict[str, str] = {"turn_id": turn_id}
+    if subject is not None:
+        bound["subject_hash"] = subject_hash(subject)
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attribute("app.turn_id", turn_id)
+        if subject is not None:
+            span.set_attribute("app.subject_hash", bound["subject_hash"])
+    with structlog.contextvars.bound_contextvars(**bound):
+        yield

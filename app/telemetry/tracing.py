@@ -1,0 +1,401 @@
+"""OpenTelemetry tracing: one SDK provider, one redaction processor in front of every exporter.
+
+Every span, ours and every instrumentation's (FastAPI's server and send/receive spans included),
+passes through `RedactingSpanProcessor` before any exporter sees it. It rebuilds the span keeping
+only allow-listed metadata: attribute keys are checked against an allow-list (strings only for
+named keys, numbers for a few namespaces), span events keep only metadata attributes (an
+exception event keeps its type, never its message or stacktrace), status descriptions are
+dropped, URL query strings are cut, and values registered as sensitive in the request are
+scrubbed from what is left.
+
+`TELEMETRY_CAPTURE_CONTENT=true` lets the attributes in `CAPTURE_ATTRIBUTES` through, and only on
+spans of our own instrumentation scope (`app.*`). It never relaxes anything else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+from fastapi import FastAPI
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+)
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link, Status
+from opentelemetry.util.types import AttributeValue
+
+from app.settings import Settings
+from app.telemetry.redaction import TelemetryScope, current_scope
+
+DEFAULT_SERVICE_NAME = "agent-memory-backend"
+OUR_SCOPE_PREFIX = "app."
+
+# Attributes allowed with any value type (strings are still scrubbed of registered values).
+ALLOWED_ATTRIBUTES: frozenset[str] = frozenset(
+    {
+        # HTTP server spans (old and stable semantic conventions)
+        "http.method",
+        "http.request.method",
+        "http.route",
+        "http.status_code",
+        "http.response.status_code",
+        "http.scheme",
+        "url.scheme",
+        "http.flavor",
+        "network.protocol.version",
+        "http.target",
+        "http.url",
+        "url.full",
+        "url.path",
+        "http.server_name",
+        "http.host",
+        "server.address",
+        "server.port",
+        "net.host.name",
+        "net.host.port",
+        "asgi.event.type",
+        "error.type",
+        # GenAI semantic conventions: metadata only (never prompts, completions or tool arguments)
+        "gen_ai.operation.name",
+        "gen_ai.system",
+        "gen_ai.provider.name",
+        "gen_ai.request.model",
+        "gen_ai.response.model",
+        "gen_ai.response.id",
+        "gen_ai.response.finish_reasons",
+        "gen_ai.request.max_tokens",
+        "gen_ai.request.temperature",
+        "gen_ai.tool.name",
+        "gen_ai.tool.call.id",
+        "gen_ai.tool.type",
+        "gen_ai.conversation.id",
+        "gen_ai.agent.name",
+        # Memory metadata (the design's memory event)
+        "memory.tool",
+        "memory.status",
+        "memory.outcome",
+        "memory.stage",
+        # Turn metadata
+        "turn.id",
+        "turn.agent",
+        "turn.outcome",
+        "turn.finish_reason",
+        "turn.memory_status",
+        # Identifiers
+        "app.request_id",
+        "app.turn_id",
+        "app.conversation_id",
+        "app.subject_hash",
+        "app.finish_reason",
+        "app.error_code",
+        "app.route",
+        "app.memory_status",
+        "app.model",
+        "app.outcome",
+        # Exception events: the type, never the message or the stacktrace
+        "exception.type",
+        "exception.escaped",
+    }
+)
+# Namespaces whose numeric and boolean attributes are metadata (counts, sizes, durations).
+NUMERIC_NAMESPACES: tuple[str, ...] = ("memory.", "gen_ai.", "app.", "llm.", "turn.", "http.")
+
+# The only attributes TELEMETRY_CAPTURE_CONTENT may add, and only on our own spans.
+CAPTURE_ATTRIBUTES: frozenset[str] = frozenset(
+    {
+        "app.capture.user_message",
+        "app.capture.memory_operations",
+        "app.capture.model_output",
+    }
+)
+
+_URL_KEYS = frozenset({"http.target", "http.url", "url.full", "url.path"})
+_QUERY = re.compile(r"[?#].*$", re.DOTALL)
+
+
+def _is_number(value: object) -> bool:
+    if isinstance(value, bool | int | float):
+        return True
+    return (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and all(isinstance(item, bool | int | float) for item in value)
+    )
+
+
+def _clean_value(key: str, value: AttributeValue, scope: TelemetryScope | None) -> AttributeValue:
+    if isinstance(value, str):
+        if key in _URL_KEYS:
+            value = _QUERY.sub("", value)
+        return scope.scrub(value) if scope is not None else value
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):
+        return [
+            scope.scrub(item) if isinstance(item, str) and scope is not None else item
+            for item in value
+        ]
+    return value
+
+
+def filter_attributes(
+    attributes: Mapping[str, AttributeValue] | None,
+    scope: TelemetryScope | None,
+    *,
+    allow_capture: bool = False,
+) -> dict[str, AttributeValue]:
+    """Keep allow-listed metadata only; the capture attributes pass only when `allow_capture`."""
+    kept: dict[str, AttributeValue] = {}
+    for key, value in (attributes or {}).items():
+        if key in CAPTURE_ATTRIBUTES:
+            if allow_capture:
+                kept[key] = value
+        elif key in ALLOWED_ATTRIBUTES:
+            kept[key] = _clean_value(key, value, scope)
+        elif key.startswith(NUMERIC_NAMESPACES) and _is_number(value):
+            kept[key] = value
+    return kept
+
+
+def _span_name(name: str, scope: TelemetryScope | None) -> str:
+    name = _QUERY.sub("", name)
+    return scope.scrub(name) if scope is not None else name
+
+
+class _ScopesByTrace:
+    """Request scopes by trace id, for spans that end outside the request's context (the FastAPI
+    server span ends in the instrumentation middleware, around ours). Bounded, in case a root
+    span never ends."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._scopes: OrderedDict[int, tuple[int, TelemetryScope]] = OrderedDict()
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def put(self, trace_id: int, root_span_id: int, scope: TelemetryScope) -> None:
+        with self._lock:
+            self._scopes[trace_id] = (root_span_id, scope)
+            while len(self._scopes) > self._limit:
+                self._scopes.popitem(last=False)
+
+    def get(self, trace_id: int) -> tuple[int, TelemetryScope] | None:
+        with self._lock:
+            return self._scopes.get(trace_id)
+
+    def discard(self, trace_id: int) -> None:
+        with self._lock:
+            self._scopes.pop(trace_id, None)
+
+
+class RedactingSpanProcessor(SpanProcessor):
+    """The one redaction processor for spans; exporters only ever receive its sanitized copies."""
+
+    def __init__(self) -> None:
+        self._downstream: list[SpanProcessor] = []
+        self._lock = threading.Lock()
+        self.scopes = _ScopesByTrace()
+
+    def add(self, processor: SpanProcessor) -> None:
+        with self._lock:
+            self._downstream = [*self._downstream, processor]
+
+    def remove(self, processor: SpanProcessor) -> None:
+        with self._lock:
+            self._downstream = [p for p in self._downstream if p is not processor]
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        # Downstream processors see only finished, sanitized spans.
+        return None
+
+    def _scope_for(self, span: ReadableSpan) -> TelemetryScope | None:
+        bound = current_scope()
+        context = span.context
+        if context is None:
+            return bound
+        entry = self.scopes.get(context.trace_id)
+        if entry is not None and entry[0] == context.span_id:
+            self.scopes.discard(context.trace_id)  # the request's root span ends last
+        if bound is not None:
+            return bound
+        return entry[1] if entry is not None else None
+
+    def sanitize(self, span: ReadableSpan) -> ReadableSpan:
+        scope = self._scope_for(span)
+        library = span.instrumentation_scope
+        ours = library is not None and library.name.startswith(OUR_SCOPE_PREFIX)
+        allow_capture = ours and scope is not None and scope.capture_content
+        events = [
+            Event(
+                _span_name(event.name, scope),
+                filter_attributes(event.attributes, scope),
+                event.timestamp,
+            )
+            for event in span.events
+        ]
+        links = [
+            Link(link.context, filter_attributes(link.attributes, scope)) for link in span.links
+        ]
+        return ReadableSpan(
+            name=_span_name(span.name, scope),
+            context=span.context,
+            parent=span.parent,
+            resource=span.resource,
+            attributes=filter_attributes(span.attributes, scope, allow_capture=allow_capture),
+            events=events,
+            links=links,
+            kind=span.kind,
+            # Descriptions are free text ("ValueError: <the message>"): keep the code only.
+            status=Status(span.status.status_code),
+            start_time=span.start_time,
+            end_time=span.end_time,
+            instrumentation_scope=span.instrumentation_scope,
+        )
+
+    def on_end(self, span: ReadableSpan) -> None:
+        downstream = self._downstream
+        if not downstream:
+            return
+        clean = self.sanitize(span)
+        for processor in downstream:
+            processor.on_end(clean)
+
+    def shutdown(self) -> None:
+        for processor in self._downstream:
+            processor.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return all(processor.force_flush(timeout_millis) for processor in self._downstream)
+
+
+class _Tracing:
+    """Process-wide tracing state. The OTel API allows one global provider per process, while
+    tests build many apps: the provider is created once; each app's lifespan holds a reference
+    to the export pipeline, which is shut down (flushed, connections closed) with the last one."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.provider: TracerProvider | None = None
+        self.redactor = RedactingSpanProcessor()
+        self.exporting: SpanProcessor | None = None
+        self.users = 0
+
+
+_state = _Tracing()
+
+
+def build_resource() -> Resource:
+    """From OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES; our name when none is given."""
+    resource = Resource.create({})
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
+    if SERVICE_VERSION not in resource.attributes:
+        resource = resource.merge(Resource({SERVICE_VERSION: "0.1.0"}))
+    return resource
+
+
+def otlp_endpoint_configured() -> bool:
+    return any(
+        os.environ.get(name, "").strip()
+        for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
+
+
+def _ensure_provider() -> TracerProvider:
+    if _state.provider is None:
+        provider = TracerProvider(resource=build_resource())
+        provider.add_span_processor(_state.redactor)
+        trace.set_tracer_provider(provider)
+        if trace.get_tracer_provider() is not provider:
+            # Someone else (e.g. auto-instrumentation) set a global provider first: its
+            # processors would see unredacted spans, so refuse rather than leak.
+            raise RuntimeError(
+                "a global OpenTelemetry TracerProvider is already set; this service installs its "
+                "own so that every span passes its redaction processor"
+            )
+        _state.provider = provider
+    return _state.provider
+
+
+def _exporting_processor() -> SpanProcessor | None:
+    if not otlp_endpoint_configured():
+        return None
+    # Imported here: the exporter pulls in `requests`, needed only when exporting.
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return BatchSpanProcessor(OTLPSpanExporter())
+
+
+def configure_tracing(app: FastAPI, settings: Settings | None = None) -> None:
+    """Instrument `app` (call before it starts: instrumentation adds middleware) on the
+    process-wide provider. Settings are not needed yet: tracing follows the OTEL_* variables."""
+    with _state.lock:
+        _ensure_provider()
+    FastAPIInstrumentor.instrument_app(
+        app,
+        tracer_provider=_state.provider,
+        # Headers are never recorded: an empty capture list would fall back to the
+        # OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_* variables, so sanitize every header name
+        # as well; the allow-list drops http.request.header.* attributes regardless.
+        http_capture_headers_sanitize_fields=[".*"],
+    )
+
+
+def start_export() -> None:
+    """At lifespan start: make sure the export pipeline runs (one per process)."""
+    with _state.lock:
+        _ensure_provider()
+        _state.users += 1
+        if _state.exporting is None:
+            _state.exporting = _exporting_processor()
+            if _state.exporting is not None:
+                _state.redactor.add(_state.exporting)
+
+
+def shutdown_tracing() -> None:
+    """At lifespan end: flush and close the export pipeline once no app uses it."""
+    with _state.lock:
+        _state.users = max(0, _state.users - 1)
+        if _state.users or _state.exporting is None:
+            return
+        exporting, _state.exporting = _state.exporting, None
+        _state.redactor.remove(exporting)
+    exporting.shutdown()
+
+
+def capture_content(span: trace.Span, key: str, value: str) -> None:
+    """Record content on one of our spans, only when the request's capture flag is on."""
+    scope = current_scope()
+    if key in CAPTURE_ATTRIBUTES and scope is not None and scope.capture_content:
+        span.set_attribute(key, value)
+
+
+def link_request_scope(scope: TelemetryScope) -> None:
+    """Tie a request's scope to its server span, which ends outside the request's context."""
+    span = trace.get_current_span()
+    context = span.get_span_context()
+    if span.is_recording() and context.is_valid:
+        _state.redactor.scopes.put(context.trace_id, context.span_id, scope)
+
+
+@contextmanager
+def captured_spans(exporter: SpanExporter | None = None) -> Iterator[InMemorySpanExporter]:
+    """Test hook: every finished span, as exporters receive it (after redaction), in memory."""
+    memory = exporter if isinstance(exporter, InMemorySpanExporter) else InMemorySpanExporter()
+    processor = SimpleSpanProcessor(memory)
+    with _state.lock:
+        _ensure_provider()
+    _state.redactor.add(processor)
+    try:
+        yield memory
+    finally:
+        _state.redactor.remove(processor)
