@@ -12,6 +12,8 @@ from app.api import admin, chat, conversations, dev, errors, eval, health, memor
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from app.runtime import build_runtime
 from app.settings import Settings, SettingsError, get_settings
+from app.telemetry import configure_logging, configure_tracing, shutdown_tracing, start_export
+from app.telemetry.middleware import TelemetryMiddleware
 
 DEFAULT_MAX_REQUEST_BYTES: int = Settings.model_fields["max_request_bytes"].default
 
@@ -28,11 +30,14 @@ def create_app(
             raise
         except (OSError, ValueError) as error:
             raise SettingsError(f"Invalid settings: {error}") from None
+        configure_logging(resolved)
+        start_export()
         app.state.runtime = runtime
         try:
             yield
         finally:
             await runtime.aclose()
+            shutdown_tracing()
 
     app = FastAPI(
         title="Agent memory backend",
@@ -49,7 +54,9 @@ def create_app(
         return runtime.settings.max_request_bytes if runtime else DEFAULT_MAX_REQUEST_BYTES
 
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_bytes)
+    app.add_middleware(TelemetryMiddleware)  # inside the request id, around everything else
     app.add_middleware(RequestIdMiddleware)  # outermost: even a 413 carries the request id
+    configure_tracing(app, settings)  # before start: it wraps the middleware stack
     return app
 
 
