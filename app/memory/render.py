@@ -1,4 +1,4 @@
-"""Rendering memory for the prompt and for the API: the block the model sees and the counts users see."""
+"""Rendering memory for the prompt and the API: the block the model sees, the counts users see."""
 
 from __future__ import annotations
 

@@ -15,8 +15,13 @@ from typing import Literal
 Category = Literal["invisible_unicode", "prompt_injection", "exfiltration", "secret"]
 
 INVISIBLE_CODEPOINTS = frozenset(
-    [*range(0x200B, 0x200E), *range(0x2060, 0x2065), 0xFEFF, *range(0x202A, 0x202F),
-     *range(0x2066, 0x206A)]
+    [
+        *range(0x200B, 0x200E),
+        *range(0x2060, 0x2065),
+        0xFEFF,
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+    ]
 )
 
 
@@ -29,39 +34,57 @@ class Threat:
 _FLAGS = re.IGNORECASE | re.DOTALL | re.MULTILINE
 
 _INJECTION = [
-    (r"\b(ignore|disregard|forget|override|bypass)\b[^.\n]{0,40}\b(previous|prior|above|earlier|"
-     r"preceding|all|any|your|the)\b[^.\n]{0,40}\b(instructions?|prompts?|rules|directions|"
-     r"guidelines|directives)\b", "it tells the model to ignore its instructions"),
+    (
+        r"\b(ignore|disregard|forget|override|bypass)\b[^.\n]{0,40}\b(previous|prior|above|earlier|"
+        r"preceding|all|any|your|the)\b[^.\n]{0,40}\b(instructions?|prompts?|rules|directions|"
+        r"guidelines|directives)\b",
+        "it tells the model to ignore its instructions",
+    ),
     (r"\byou\s+are\s+now\s+(a|an)\b", "it tries to give the model a new identity"),
     (r"\bfrom\s+now\s+on,?\s+you\s+(are|will|must)\b", "it tries to give the model a new identity"),
-    (r"\b(new|override|overriding|updated|replace|replacement|reveal|print|show|leak)\b[^.\n]{0,20}"
-     r"\bsystem\s+(prompt|instructions?|message)\b", "it tries to override the system prompt"),
+    (
+        r"\b(new|override|overriding|updated|replace|replacement|reveal|print|show|leak)\b[^.\n]{0,20}"
+        r"\bsystem\s+(prompt|instructions?|message)\b",
+        "it tries to override the system prompt",
+    ),
     (r"\bsystem\s+(prompt|instructions?)\s*(override|:)", "it tries to override the system prompt"),
-    (r"\b(do\s+not|don'?t|never)\s+(tell|inform|mention\s+(this\s+)?to|reveal\s+(this\s+)?to|"
-     r"let)\s+(the\s+)?user\b", "it tells the model to hide things from the user"),
+    (
+        r"\b(do\s+not|don'?t|never)\s+(tell|inform|mention\s+(this\s+)?to|reveal\s+(this\s+)?to|"
+        r"let)\s+(the\s+)?user\b",
+        "it tells the model to hide things from the user",
+    ),
     (r"^\s*(system|assistant|developer)\s*:", "it pretends to be a system or assistant message"),
     (r"<\|?\s*(im_start|im_end|system|endoftext)\s*\|?>", "it pretends to be a chat-format marker"),
     (r"\[\s*/?\s*(inst|system)\s*\]", "it pretends to be a chat-format marker"),
-    (r"\b(act|behave)\s+as\s+(the\s+|a\s+|an\s+)?(system|developer|administrator|admin|root)\b",
-     "it asks the model to pretend to be a privileged role"),
+    (
+        r"\b(act|behave)\s+as\s+(the\s+|a\s+|an\s+)?(system|developer|administrator|admin|root)\b",
+        "it asks the model to pretend to be a privileged role",
+    ),
     (r"\bpretend\s+(to\s+be|you\s+are)\b", "it asks the model to pretend to be someone else"),
     (r"<!--", "it contains a hidden HTML comment"),
 ]
 
 _SECRET_NAME = r"\w*(key|token|secret|passw(or)?d|pwd|credential|auth)\w*"
 _EXFILTRATION = [
-    (r"\b(curl|wget)\b[^\n]*\$\{?" + _SECRET_NAME,
-     "it sends a secret-named variable over the network"),
-    (r"(^|[\s/~'\"])\.(env(?!\.(example|sample|template|dist)\b)|netrc|pgpass|npmrc|pypirc|"
-     r"git-credentials)\b",
-     "it refers to a credentials file"),
-    (r"(\.aws/credentials|\.docker/config\.json|\bcredentials\.json\b)",
-     "it refers to a credentials file"),
-    (r"(\.ssh/|\bid_(rsa|dsa|ecdsa|ed25519)\b|\bauthorized_keys\b)",
-     "it refers to SSH keys"),
-    (r"\b(send|post|upload|forward|exfiltrate|transmit|leak|email|mail|copy)\b[^\n]{0,80}"
-     r"\bto\b\s*<?(https?://|ftp://|[\w.+-]+@[\w-]+\.[\w.]+)",
-     "it tells the model to send data to an outside address"),
+    (
+        r"\b(curl|wget)\b[^\n]*\$\{?" + _SECRET_NAME,
+        "it sends a secret-named variable over the network",
+    ),
+    (
+        r"(^|[\s/~'\"])\.(env(?!\.(example|sample|template|dist)\b)|netrc|pgpass|npmrc|pypirc|"
+        r"git-credentials)\b",
+        "it refers to a credentials file",
+    ),
+    (
+        r"(\.aws/credentials|\.docker/config\.json|\bcredentials\.json\b)",
+        "it refers to a credentials file",
+    ),
+    (r"(\.ssh/|\bid_(rsa|dsa|ecdsa|ed25519)\b|\bauthorized_keys\b)", "it refers to SSH keys"),
+    (
+        r"\b(send|post|upload|forward|exfiltrate|transmit|leak|email|mail|copy)\b[^\n]{0,80}"
+        r"\bto\b\s*<?(https?://|ftp://|[\w.+-]+@[\w-]+\.[\w.]+)",
+        "it tells the model to send data to an outside address",
+    ),
 ]
 
 _SECRET_FIELD = (
@@ -84,8 +107,10 @@ _SECRETS = [
     (_SECRET_FIELD + r"\s*:\s*['\"][^\s'\"]{4,}", "a password or key assignment"),
     # "Password: rotated monthly" is prose; an unquoted value after a colon counts as a secret
     # only when it has the digits or symbols that a real credential carries.
-    (_SECRET_FIELD + r"\s*:\s*(?=[^\s'\"]*[\d_\-!@#$%^&*+/=])[^\s'\"]{4,}",
-     "a password or key assignment"),
+    (
+        _SECRET_FIELD + r"\s*:\s*(?=[^\s'\"]*[\d_\-!@#$%^&*+/=])[^\s'\"]{4,}",
+        "a password or key assignment",
+    ),
 ]
 
 

@@ -29,7 +29,13 @@ def test_rejected_batch_leaves_the_ledger_untouched() -> None:
     stage_operations(ledger, [ADD_CI])
     before_snapshot, before_batches = ledger.snapshot, list(ledger.batches)
     with pytest.raises(MemoryValidationError):
-        stage_operations(ledger, [Operation("memory", "add", content="fine"), Operation("user", "remove", match="coffee")])
+        stage_operations(
+            ledger,
+            [
+                Operation("memory", "add", content="fine"),
+                Operation("user", "remove", match="coffee"),
+            ],
+        )
     assert ledger.snapshot == before_snapshot
     assert ledger.batches == before_batches
 
@@ -47,7 +53,9 @@ def test_replay_on_the_staging_snapshot_reproduces_the_staged_result() -> None:
     """Replaying every batch on the snapshot the turn started from gives the staged snapshot."""
     start = Snapshot(user=("The user likes tea.",))
     ledger = MemoryLedger(snapshot=start)
-    stage_operations(ledger, [Operation("user", "replace", match="tea", content="The user likes coffee.")])
+    stage_operations(
+        ledger, [Operation("user", "replace", match="tea", content="The user likes coffee.")]
+    )
     stage_operations(ledger, [ADD_CI])
     assert replay(start, ledger.batches) == ledger.snapshot
 
@@ -58,7 +66,10 @@ def test_replay_on_a_newer_snapshot_keeps_the_other_writer_facts() -> None:
     ledger = MemoryLedger(snapshot=Snapshot())
     stage_operations(ledger, [ADD_TEA])
     newer = Snapshot(user=("Written by another request.",))
-    assert replay(newer, ledger.batches).user == ("Written by another request.", "The user likes tea.")
+    assert replay(newer, ledger.batches).user == (
+        "Written by another request.",
+        "The user likes tea.",
+    )
 
 
 def test_replay_checks_capacity_after_each_batch_exactly_as_staged() -> None:

@@ -25,8 +25,14 @@ def test_block_matches_the_design_exactly() -> None:
     """The block is the design's: tag, headings with usage, entries joined by "§" lines, blank
     line between stores, closing tag."""
     snapshot = Snapshot(
-        user=("The user prefers short code examples.", "The user is experienced with Python and SQL."),
-        memory=("The project uses Pydantic models at API boundaries.", "Database migrations must be reversible."),
+        user=(
+            "The user prefers short code examples.",
+            "The user is experienced with Python and SQL.",
+        ),
+        memory=(
+            "The project uses Pydantic models at API boundaries.",
+            "Database migrations must be reversible.",
+        ),
     )
     assert render_block(snapshot) == (
         "<persistent_memory_data>\n"
@@ -55,8 +61,12 @@ def test_headings_reproduce_the_design_numbers() -> None:
 
 @pytest.mark.parametrize(
     ("used", "percent"),
-    [pytest.param(0, 0, id="empty"), pytest.param(13, 0, id="under-one-percent"),
-     pytest.param(1375, 100, id="full"), pytest.param(1374, 99, id="one-short-of-full")],
+    [
+        pytest.param(0, 0, id="empty"),
+        pytest.param(13, 0, id="under-one-percent"),
+        pytest.param(1375, 100, id="full"),
+        pytest.param(1374, 99, id="one-short-of-full"),
+    ],
 )
 def test_percent_never_overstates_usage(used: int, percent: int) -> None:
     """The percentage is floored, so a store reads 100% only when it is completely full."""
