@@ -197,6 +197,19 @@ def _user_fact(text: str) -> str | None:
     return None
 
 
+def _called_remove(message: Mapping[str, Any]) -> bool:
+    """Whether the assistant's tool call before a result removed an entry (to word the reply)."""
+    for call in message.get("tool_calls") or ():
+        try:
+            arguments = json.loads(call.get("function", {}).get("arguments") or "{}")
+        except ValueError:
+            continue
+        operations = arguments.get("operations") if isinstance(arguments, dict) else None
+        if any(isinstance(op, dict) and op.get("action") == "remove" for op in operations or ()):
+            return True
+    return False
+
+
 class OfflineModel:
     """Reads the system prompt it is given and the last message; answers deterministically."""
 
@@ -206,7 +219,8 @@ class OfflineModel:
     def reply(self, request: ChatRequest) -> Reply:
         last = request.messages[-1] if request.messages else {}
         if last.get("role") == "tool":
-            return Text(self._after_tool(_content_text(last.get("content"))))
+            removed = _called_remove(request.messages[-2] if len(request.messages) > 1 else {})
+            return Text(self._after_tool(_content_text(last.get("content")), removed))
         text = _content_text(last.get("content")).strip()
         lowered = text.lower()
         can_write = MEMORY_TOOL in request.tool_names
@@ -248,10 +262,15 @@ class OfflineModel:
     def _forget(
         self, phrase: str, entries: dict[str, list[str]], can_write: bool, request: ChatRequest
     ) -> Reply:
-        needle = phrase.strip().rstrip(".!?").strip().lower()
+        needle = phrase.strip().rstrip(".!?").strip()
+        needles = [needle.lower()]
+        clause = _I_CLAUSE.match(needle)
+        if clause:  # "I prefer tea" is stored as "The user prefers tea."
+            needles.append(_third_person(clause.group("rest")).lower())
+        needles.append(re.sub(r"\bmy\b", "user's", needle, flags=re.I).lower())
         for target in ("user", "memory"):
             for entry in entries[target]:
-                if needle and needle in entry.lower():
+                if any(candidate and candidate in entry.lower() for candidate in needles):
                     if not can_write:
                         return Text("Memory is switched off here, so I cannot change it.")
                     operation = {"target": target, "action": "remove", "match": entry}
@@ -271,14 +290,14 @@ class OfflineModel:
         )
 
     @staticmethod
-    def _after_tool(result: str) -> str:
+    def _after_tool(result: str, removed: bool) -> str:
         try:
             payload = json.loads(result)
         except ValueError:
             payload = {}
         status = payload.get("status") if isinstance(payload, dict) else None
         if status == "staged":
-            return "Saved."
+            return "Forgotten." if removed else "Saved."
         if status == "rejected":
             return f"I could not save that: {payload.get('reason', 'it was rejected')}"
         if status == "unavailable":

@@ -1,0 +1,103 @@
+"""Scripted models for tests: replies served in order through the real in-process transport.
+
+Each step is a reply (`Text`, `ToolCalls`, `HttpError`, `BrokenStream`, `Hang`) or a function of
+the request returning one (sync or async, e.g. to wait for a concurrent request). Every request
+is recorded, so tests can read the system prompt the model saw. A call with no step left is an
+unexpected call: it is answered with an HTTP 500 (the turn fails) and `assert_done()` reports it
+together with any unconsumed steps.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from app.agent.offline import (
+    BrokenStream,
+    ChatCompletionsTransport,
+    ChatRequest,
+    Hang,
+    HttpError,
+    Reply,
+    Text,
+    ToolCall,
+    ToolCalls,
+)
+
+__all__ = [
+    "BrokenStream",
+    "Hang",
+    "HttpError",
+    "ScriptedModel",
+    "Text",
+    "ToolCall",
+    "ToolCalls",
+    "memory_call",
+    "routed_transport",
+]
+
+Step = Reply | Callable[[ChatRequest], Reply | Awaitable[Reply]]
+
+
+def memory_call(*operations: Mapping[str, Any], call_id: str = "call_1", **extra: Any) -> ToolCalls:
+    """A `memory_update` call with these operations (extra top-level arguments allowed)."""
+    arguments = {"operations": [dict(operation) for operation in operations], **extra}
+    return ToolCalls((ToolCall("memory_update", json.dumps(arguments), call_id),))
+
+
+class ScriptedModel:
+    def __init__(self, steps: Iterable[Step] = (), *, name: str = "scripted") -> None:
+        self.name = name
+        self._steps = list(steps)
+        self._lock = threading.Lock()
+        self.requests: list[ChatRequest] = []
+        self.unexpected: list[ChatRequest] = []
+
+    async def __call__(self, request: ChatRequest) -> Reply:
+        with self._lock:
+            self.requests.append(request)
+            if not self._steps:
+                self.unexpected.append(request)
+                return HttpError(500, f"{self.name}: unexpected call #{len(self.requests)}")
+            step = self._steps.pop(0)
+        if callable(step):
+            reply = step(request)
+            if inspect.isawaitable(reply):
+                reply = await reply
+            return reply
+        return step
+
+    @property
+    def remaining(self) -> int:
+        return len(self._steps)
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    def system_prompts(self) -> list[str]:
+        return [request.system_text() for request in self.requests]
+
+    def transport(self) -> ChatCompletionsTransport:
+        return ChatCompletionsTransport(self)
+
+    def assert_done(self) -> None:
+        assert not self.unexpected, (
+            f"{self.name}: {len(self.unexpected)} unexpected model call(s) beyond the script"
+        )
+        assert not self._steps, f"{self.name}: {len(self._steps)} scripted step(s) never consumed"
+
+
+def routed_transport(models: Mapping[str, ScriptedModel]) -> ChatCompletionsTransport:
+    """One transport serving several model names (primary and fallback); an unknown name fails."""
+
+    async def respond(request: ChatRequest) -> Reply:
+        model = models.get(request.model)
+        if model is None:
+            raise AssertionError(f"request for unscripted model {request.model!r}")
+        return await model(request)
+
+    return ChatCompletionsTransport(respond)

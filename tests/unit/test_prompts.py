@@ -1,0 +1,77 @@
+"""Versioned prompt templates: strict variables, untrusted framing, request-local agent copies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from app.agent.agents import Agent
+from app.agent.llm import ModelClient
+from app.agent.prompts import MemoryView, PromptLibrary
+from app.agent.tools import MEMORY_TOOL
+from app.memory.render import CLOSE_TAG, OPEN_TAG
+from app.memory.rules import Snapshot
+
+SENTINEL = "The user prefers sentinel-7f3a answers."
+SNAPSHOT = Snapshot(user=(SENTINEL,), memory=("The project uses Alembic.",))
+
+
+def test_missing_variable_is_an_error_not_a_blank(tmp_path: Path) -> None:
+    """StrictUndefined: a template that uses a value the code did not pass fails loudly."""
+    (tmp_path / "system").mkdir()
+    (tmp_path / "system" / "v9.md.j2").write_text("Hello {{ memory_block }} {{ typo_value }}")
+    library = PromptLibrary(tmp_path)
+    with pytest.raises(jinja2.UndefinedError):
+        library.system_prompt("v9", MemoryView("available", SNAPSHOT, True))
+
+
+def test_available_memory_is_framed_as_untrusted_data_with_the_policy() -> None:
+    """The block is inside its tags, called untrusted data, and the save/skip policy is there."""
+    prompt = PromptLibrary().system_prompt("v1", MemoryView("available", SNAPSHOT, True))
+    assert OPEN_TAG in prompt and CLOSE_TAG in prompt and SENTINEL in prompt
+    assert "untrusted" in prompt.lower() and "not instructions" in prompt.lower()
+    for phrase in ("Do not save", "secrets", "stable user preferences"):
+        assert phrase in prompt
+    assert f"{len(SENTINEL)}/1375" in prompt
+
+
+@pytest.mark.parametrize("status", ["unavailable", "disabled"])
+def test_no_block_unless_memory_is_available(status: str) -> None:
+    """Unavailable and disabled memory render no block and no stored content."""
+    view = MemoryView(status, SNAPSHOT, status == "unavailable")  # type: ignore[arg-type]
+    prompt = PromptLibrary().system_prompt("v1", view)
+    assert OPEN_TAG not in prompt and SENTINEL not in prompt
+
+
+def test_tool_policy_only_when_the_tool_is_offered() -> None:
+    """The save instructions appear only while memory_update is offered."""
+    library = PromptLibrary()
+    assert "memory_update" in library.system_prompt("v1", MemoryView("available", SNAPSHOT, True))
+    assert "memory_update" not in library.system_prompt(
+        "v1", MemoryView("available", SNAPSHOT, False)
+    )
+
+
+def test_eval_prompt_has_no_memory() -> None:
+    """The memory-free agent's prompt carries no block and no tool policy."""
+    prompt = PromptLibrary().eval_prompt("v1")
+    assert OPEN_TAG not in prompt and "memory_update" not in prompt
+
+
+def test_a_turn_gets_a_copy_and_the_shared_agent_never_changes() -> None:
+    """for_turn builds a request-local agent; the shared instance keeps no user's prompt."""
+    shared = Agent(
+        name="chat",
+        model=ModelClient(client=None, primary="m"),  # type: ignore[arg-type]
+        prompts=PromptLibrary(),
+        prompt_version="v1",
+        registered_tools=(MEMORY_TOOL,),
+    )
+    alice = shared.for_turn(MemoryView("available", SNAPSHOT, True))
+    bob = shared.for_turn(MemoryView("disabled", Snapshot(), False))
+    assert SENTINEL in alice.instructions and alice.tools == (MEMORY_TOOL,)
+    assert SENTINEL not in bob.instructions and bob.tools == ()
+    assert shared.instructions == "" and shared.tools == ()
+    assert alice is not shared and alice.model is shared.model
