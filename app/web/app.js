@@ -260,6 +260,11 @@ async function openConversation(id) {
   for (const message of listOf(conversation, "messages")) {
     const bubble = addMessage(message.role === "user" ? "user" : "assistant", messageText(message));
     if (wasStopped(message)) markStopped(bubble);
+    else if (message.status === "failed") {
+      bubble.classList.add("failed");
+      bubble.dataset.state = "failed";
+      addNote(bubble, "This answer failed.");
+    }
   }
   markCurrent();
   $("message-input").focus();
@@ -607,14 +612,16 @@ async function loadMemory() {
     if (typeof info.memory_enabled === "boolean") state.memoryEnabled = info.memory_enabled;
   } catch (error) {
     if (error instanceof ApiError && error.status === 503) {
+      // Not "empty": the documents could not be read, so they are not shown at all.
       setMemoryStatus("unavailable");
-      DOCUMENTS.forEach((target) => renderDocument(target, null));
+      document.querySelector(".memory").classList.add("unreadable");
       return;
     }
     $("memory-error").textContent = `Could not load memory: ${describe(error)}`;
     return;
   }
   if (!memory) return;
+  document.querySelector(".memory").classList.remove("unreadable");
   // Reading works while the flag is off, so the flag comes from what this page saw last.
   setMemoryStatus(memory.status === "disabled" || !state.memoryEnabled ? "disabled" : "available");
   DOCUMENTS.forEach((target) => renderDocument(target, memory[target]));

@@ -1,0 +1,121 @@
+"""End-to-end fixtures: the real server on a temporary SQLite file, and Debian's Chromium.
+
+The tests start and stop the server themselves. The browser is the system Chromium, launched by
+path: no browser is ever downloaded, and a missing Chromium fails the run instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
+
+from app.main import create_app
+from app.settings import Settings
+from tests.support.databases import migrated_engine
+from tests.support.server import live_server
+
+CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
+TEST_SECRET = "e2e-dev-secret-" + "0123456789abcdef" * 3
+# Slow enough that a long answer streams for many seconds (Stop lands midway), fast enough that
+# short turns take well under a second.
+DELAY_MS = 40
+
+# Playwright must never fetch browsers on its own; it drives the system Chromium only.
+os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+
+
+def e2e_settings(database_url: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": database_url,
+        "auth_mode": "dev",
+        "auth_dev_secret": TEST_SECRET,
+        "memory_enabled": True,
+        "flag_cache_seconds": 0,
+        "offline_model_delay_ms": DELAY_MS,
+        "llm_base_url": None,
+        "log_format": "console",
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+def sqlite_file(directory: Path, *, migrate: bool = True) -> str:
+    url = f"sqlite:///{directory / 'e2e.db'}"
+    if migrate:
+        migrated_engine(url).dispose()
+    return url
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The app with memory on and the offline model, on a fresh SQLite file; its base URL."""
+    url = sqlite_file(tmp_path_factory.mktemp("e2e"))
+    with live_server(create_app(e2e_settings(url))) as base:
+        yield base
+
+
+def token_for(base: str, sub: str) -> str:
+    response = httpx.post(f"{base}/dev/token", json={"sub": sub}, timeout=10)
+    response.raise_for_status()
+    return str(response.json()["access_token"])
+
+
+def memory_of(base: str, token: str) -> dict[str, Any]:
+    response = httpx.get(
+        f"{base}/v1/memory", headers={"Authorization": f"Bearer {token}"}, timeout=10
+    )
+    response.raise_for_status()
+    body: dict[str, Any] = response.json()
+    return body
+
+
+@pytest.fixture(scope="session")
+def playwright() -> Iterator[Playwright]:
+    with sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="session")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+    browser = playwright.chromium.launch(
+        executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+    )
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
+def context(browser: Browser) -> Iterator[BrowserContext]:
+    """A fresh browser profile: its own storage, so its own signed-in user."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def page(context: BrowserContext) -> Page:
+    return context.new_page()
+
+
+def screenshot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
