@@ -40,11 +40,12 @@ from app.conversations.repository import MessageStatus, Role
 from app.conversations.service import ConversationService
 from app.memory.flags import FlagStore
 from app.memory.ledger import MemoryLedger
-from app.memory.render import MemoryStatus, usage
+from app.memory.render import MemoryStatus
 from app.memory.rules import MemoryValidationError, Snapshot, Target
 from app.memory.scope import memory_scope
 from app.memory.service import MemoryService
 from app.settings import Settings
+from app.telemetry import memory_event, turn_context
 
 log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -119,7 +120,10 @@ class Turn:
         started = time.perf_counter()
         progress = _Progress(model=self.agent.model.primary)
         outcome = "failed"
-        with tracer.start_as_current_span("chat.turn") as span:
+        with (
+            tracer.start_as_current_span("chat.turn") as span,
+            turn_context(self.turn_id, self.request.user_id),  # ids on every log line
+        ):
             span.set_attribute("turn.agent", self.agent.name)
             try:
                 async with asyncio.timeout(settings.turn_timeout_seconds):
@@ -318,42 +322,43 @@ class Turn:
         targets: dict[Target, int] = {}
         for operation in ledger.operations:
             targets[operation.target] = targets.get(operation.target, 0) + 1
-        fields: dict[str, Any] = {
-            "tool": MEMORY_TOOL_NAME,
-            "turn_id": ctx.turn_id,
-            "operation_count": len(ledger.operations),
-            "targets": targets,
-        }
+        started = time.perf_counter()
+
+        def report(
+            outcome: str, snapshot: Snapshot, retry_count: int = 0, reason: str | None = None
+        ) -> None:
+            """The design's memory event for this commit (log line and span attributes)."""
+            memory_event(
+                stage="commit", tool=MEMORY_TOOL_NAME, outcome=outcome, reason=reason,
+                operation_count=len(ledger.operations), targets=targets,
+                user_characters=snapshot.characters("user"),
+                memory_characters=snapshot.characters("memory"),
+                duration_ms=(time.perf_counter() - started) * 1000, retry_count=retry_count,
+            )
+
         with tracer.start_as_current_span("memory.commit") as span:
             span.set_attribute("memory.operation_count", len(ledger.operations))
-            started = time.perf_counter()
             try:
                 result = await _commit_guarded(memory, ctx.user_id, batches, ctx.cancel_event)
             except MemoryValidationError as error:
                 # The latest stored memory no longer accepts the batch (a concurrent change):
                 # rejected clearly, nothing written.
                 span.set_attribute("memory.outcome", "failed")
-                log.warning("memory.commit", **fields, outcome="failed", reason=error.code,
-                            duration_ms=round((time.perf_counter() - started) * 1000, 1),
-                            **usage(ctx.baseline))
+                report("failed", ctx.baseline, reason=error.code)
                 return _memory_event("failed", ctx.baseline)
             except asyncio.CancelledError:
                 span.set_attribute("memory.outcome", "cancelled")
-                log.info("memory.commit", **fields, outcome="cancelled")
+                report("cancelled", ctx.baseline)
                 raise
             except Exception as error:
                 if ctx.cancel_event.is_set():
                     raise
                 span.set_attribute("memory.outcome", "failed")
-                log.warning("memory.commit", **fields, outcome="failed",
-                            reason=type(error).__name__, **usage(ctx.baseline),
-                            duration_ms=round((time.perf_counter() - started) * 1000, 1))
+                report("failed", ctx.baseline, reason=type(error).__name__)
                 return _memory_event("failed", ctx.baseline)
             span.set_attribute("memory.outcome", "committed")
             span.set_attribute("memory.retry_count", result.retry_count)
-            counts = usage(result.snapshot)
-            log.info("memory.commit", **fields, outcome="committed", **counts,
-                     duration_ms=round(result.duration_ms, 1), retry_count=result.retry_count)
+            report("committed", result.snapshot, retry_count=result.retry_count)
             ctx.ledger = None  # committed: nothing is left to stage or discard
             return _memory_event("committed", result.snapshot)
 

@@ -17,6 +17,7 @@ from app.agent.events import ToolOutcome
 from app.memory.ledger import stage_operations
 from app.memory.rules import LIMITS, MemoryValidationError, Snapshot, parse_operations
 from app.memory.scope import current_memory_request
+from app.telemetry import memory_event, register_tool_arguments
 
 log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -101,20 +102,23 @@ def _writes_allowed(ctx: TurnContext) -> bool:
 
 def run_memory_tool(ctx: TurnContext, raw_arguments: str) -> ToolResult:
     """Stage one batch on the turn's ledger, or explain to the model why not."""
+    register_tool_arguments(raw_arguments)  # scrubbed from telemetry, accepted or not
     with tracer.start_as_current_span("memory.tool") as span:
         started = time.perf_counter()
         result, targets = _run(ctx, raw_arguments)
         span.set_attribute("memory.outcome", result.outcome)
         span.set_attribute("memory.operation_count", result.operation_count)
-        log.info(
-            "memory.tool",
+        staged = ctx.ledger.snapshot if ctx.ledger else ctx.baseline
+        memory_event(
+            stage="tool",
             tool=MEMORY_TOOL_NAME,
-            turn_id=ctx.turn_id,
             outcome=result.outcome,
             operation_count=result.operation_count,
             targets=targets,
+            user_characters=staged.characters("user"),
+            memory_characters=staged.characters("memory"),
+            duration_ms=(time.perf_counter() - started) * 1000,
             rejected_calls=ctx.rejected_calls,
-            duration_ms=round((time.perf_counter() - started) * 1000, 2),
         )
         return result
 

@@ -12,6 +12,7 @@ from app.errors import Forbidden
 from app.memory.scope import MemoryRequest, memory_scope, require_scope
 from app.runtime import Runtime
 from app.settings import Settings
+from app.telemetry import bind_subject
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -35,6 +36,7 @@ async def current_user(request: Request) -> AsyncIterator[Identity]:
     """
     runtime = get_runtime(request)
     identity = await authenticate(request, runtime)
+    bind_subject(identity.subject)  # log lines carry a stable hash, never the subject
     writes_enabled = await runtime.flags.memory_enabled()
     with memory_scope(identity.subject, writes_enabled):
         yield identity

@@ -17,6 +17,7 @@ from app.memory import repository
 from app.memory.ledger import replay
 from app.memory.repository import CancelCheck, check_cancel
 from app.memory.rules import Operation, Snapshot, Target
+from app.telemetry.redaction import register_memory, register_operations
 
 MAX_ATTEMPTS = 3
 BACKOFF_SECONDS = 0.02
@@ -60,9 +61,11 @@ class MemoryService:
         """The latest committed snapshot; any failure becomes MemoryUnavailableError."""
         try:
             with self.engine.connect() as connection, connection.begin():
-                return repository.load_snapshot(connection, user_id)
+                snapshot = repository.load_snapshot(connection, user_id)
         except Exception as error:
             raise MemoryUnavailableError(type(error).__name__) from error
+        register_memory(snapshot)  # memory content is scrubbed from this request's telemetry
+        return snapshot
 
     async def read_async(self, user_id: str) -> Snapshot:
         return await asyncio.to_thread(self.read, user_id)
@@ -82,6 +85,7 @@ class MemoryService:
             with connection.begin():
                 check_cancel(should_cancel, "before the query")
                 current = repository.load_snapshot(connection, user_id, lock=True)
+                register_memory(current)
                 updated = replay(current, batches)
                 check_cancel(should_cancel, "before persistence")
                 changed = repository.persist_changed_rows(connection, user_id, current, updated)
@@ -100,6 +104,7 @@ class MemoryService:
         retried, replaying the whole transaction; validation errors and unknown failures are not.
         """
         started = time.perf_counter()
+        register_operations(batches)  # before any SQL: bound parameters carry this content
         attempt = 0
         while True:
             attempt += 1

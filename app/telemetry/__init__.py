@@ -14,7 +14,10 @@ from app.telemetry.logging import configure_logging
 from app.telemetry.redaction import (
     REDACTED,
     register_json_strings,
+    register_memory,
+    register_operations,
     register_sensitive,
+    register_tool_arguments,
     subject_hash,
     telemetry_scope,
 )
@@ -38,7 +41,10 @@ __all__ = [
     "count_targets",
     "memory_event",
     "register_json_strings",
+    "register_memory",
+    "register_operations",
     "register_sensitive",
+    "register_tool_arguments",
     "shutdown_tracing",
     "start_export",
     "subject_hash",

@@ -6,6 +6,7 @@ the current span alike, so that an operator sees the same facts in both.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal, Protocol
@@ -20,6 +21,7 @@ log = structlog.get_logger(__name__)
 MEMORY_TOOL_EVENT = "memory.tool"
 MEMORY_COMMIT_EVENT = "memory.commit"
 MemoryStage = Literal["tool", "commit"]
+_CODE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$")
 
 # Outcomes are enums: anything else is reported as "other", so that a free-text value can never
 # ride along in an allow-listed field.
@@ -45,17 +47,21 @@ def memory_event(
     *,
     stage: MemoryStage,
     operation_count: int,
-    targets: Mapping[str, int],
+    targets: Mapping[Any, int],
     user_characters: int,
     memory_characters: int,
     duration_ms: float,
     outcome: str,
     retry_count: int = 0,
     tool: str = "memory_update",
+    reason: str | None = None,
+    **counts: int,
 ) -> None:
     """Log the design's memory event (after each `memory_update` call and each commit) and put
-    the same metadata on the current span."""
+    the same metadata on the current span. `reason` is an error code or exception class name;
+    extra keyword fields must be counts (integers)."""
     outcome = outcome if outcome in MEMORY_OUTCOMES else "other"
+    extra = {name: int(value) for name, value in counts.items()}
     user_targets = int(targets.get("user", 0))
     memory_targets = int(targets.get("memory", 0))
     fields: dict[str, Any] = {
@@ -67,8 +73,15 @@ def memory_event(
         "duration_ms": round(float(duration_ms), 1),
         "retry_count": int(retry_count),
         "outcome": outcome,
+        **extra,
     }
-    log.info(MEMORY_TOOL_EVENT if stage == "tool" else MEMORY_COMMIT_EVENT, **fields)
+    if reason is not None:
+        fields["reason"] = reason if _CODE.match(reason) else "other"
+    name = MEMORY_TOOL_EVENT if stage == "tool" else MEMORY_COMMIT_EVENT
+    if outcome == "failed":
+        log.warning(name, **fields)
+    else:
+        log.info(name, **fields)
     span = trace.get_current_span()
     if span.is_recording():
         span.set_attributes(
@@ -83,6 +96,7 @@ def memory_event(
                 "memory.duration_ms": fields["duration_ms"],
                 "memory.retry_count": fields["retry_count"],
                 "memory.outcome": outcome,
+                **{f"memory.{key}": value for key, value in extra.items()},
             }
         )
 

@@ -14,6 +14,7 @@ into worker threads (`asyncio.to_thread` copies the context) and never crosses r
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import hmac
@@ -200,6 +201,31 @@ def string_leaves(value: Any, *, key: str | None = None) -> Iterator[str]:
 def register_json_strings(value: Any) -> None:
     """Register every content string of a decoded JSON document (request bodies, tool arguments)."""
     register_sensitive(*string_leaves(value))
+
+
+def register_tool_arguments(raw_arguments: str | None) -> None:
+    """A model's tool-call arguments: the raw JSON text and every content string inside it."""
+    register_sensitive(raw_arguments)
+    with contextlib.suppress(ValueError):  # not JSON: the raw text is all there is
+        register_json_strings(json.loads(raw_arguments or "null"))
+
+
+def register_memory(snapshot: Any) -> None:
+    """Every entry of a memory snapshot (anything with `.user` and `.memory` entry tuples)."""
+    register_sensitive(*getattr(snapshot, "user", ()), *getattr(snapshot, "memory", ()))
+
+
+def register_operations(batches: Iterable[Iterable[Any]]) -> None:
+    """The `match` and `content` strings of staged memory operations."""
+    register_sensitive(
+        *(
+            value
+            for batch in batches
+            for operation in batch
+            for value in (getattr(operation, "match", None), getattr(operation, "content", None))
+            if isinstance(value, str)
+        )
+    )
 
 
 def scrub_text(text: str, scope: TelemetryScope | None = None) -> str:
