@@ -12,7 +12,8 @@ from __future__ import annotations
 import inspect
 import json
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from app.agent.offline import (
@@ -26,6 +27,9 @@ from app.agent.offline import (
     ToolCall,
     ToolCalls,
 )
+from app.main import create_app
+from app.settings import Settings
+from tests.support.server import live_server
 
 __all__ = [
     "BrokenStream",
@@ -37,6 +41,7 @@ __all__ = [
     "ToolCalls",
     "memory_call",
     "routed_transport",
+    "serve_with_model",
 ]
 
 Step = Reply | Callable[[ChatRequest], Reply | Awaitable[Reply]]
@@ -101,3 +106,13 @@ def routed_transport(models: Mapping[str, ScriptedModel]) -> ChatCompletionsTran
         return await model(request)
 
     return ChatCompletionsTransport(respond)
+
+
+@contextmanager
+def serve_with_model(settings: Settings, model: ScriptedModel | None = None,
+                     *, transport: ChatCompletionsTransport | None = None) -> Iterator[str]:
+    """The app behind real uvicorn, its model replaced by a script (or the offline model)."""
+    if transport is None and model is not None:
+        transport = model.transport()
+    with live_server(create_app(settings, model_transport=transport)) as url:
+        yield url
