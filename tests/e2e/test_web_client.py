@@ -15,8 +15,10 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Dialog, Locator, Page, expect
 
+from app.agent.offline import ChatCompletionsTransport
 from app.main import create_app
 from tests.e2e.conftest import e2e_settings, memory_of, screenshot, sqlite_file
+from tests.support.scripted import HttpError, ScriptedModel, Text, memory_call
 from tests.support.server import live_server
 
 pytestmark = pytest.mark.browser
@@ -358,3 +360,60 @@ def test_memory_unavailable_is_a_clear_state(
         expect(page.locator("#doc-user")).to_be_hidden()  # unknown, so not shown as empty
         expect(page.locator("#chat-error")).to_have_text(re.compile("Could not load conversations"))
         screenshot(page, "12-memory-unavailable")
+
+
+def test_stop_after_the_model_staged_a_change_saves_nothing(
+    tmp_path: Path, page: Page, page_errors: list[str]
+) -> None:
+    """A change the model proposed is discarded when the user stops the turn before it ends."""
+    staged_then_long = ScriptedModel([
+        memory_call({"target": "user", "action": "add", "content": "The user likes green tea."}),
+        Text(" ".join(f"word{number}" for number in range(400))),
+    ])
+    app = create_app(
+        e2e_settings(sqlite_file(tmp_path)),
+        model_transport=ChatCompletionsTransport(staged_then_long, delay_seconds=0.04),
+    )
+    with live_server(app) as base:
+        token = sign_in(page, base, "liam")
+        answer = send(page, "remember that I like green tea, then tell me a long story")
+        expect(answer).to_contain_text("Memory update proposed (1 change).")
+        wait_for_growth(page, answer, 40)
+        page.get_by_role("button", name="Stop").click()
+        expect(answer).to_have_attribute("data-state", "stopped")
+        expect(page.locator("#memory-outcome")).to_have_text(
+            "Last turn: Nothing saved: the turn was stopped."
+        )
+        conversation_id = only_conversation_id(base, token)
+        eventually(
+            lambda: conversation(base, token, conversation_id)["messages"][-1]["status"]
+            == "interrupted" or None
+        )
+        assert memory_of(base, token)["user"]["entries"] == []
+        expect(user_entries(page)).to_have_count(0)
+        screenshot(page, "13-staged-then-stopped")
+
+
+def test_a_failed_turn_is_shown_plainly_and_saves_nothing(
+    tmp_path: Path, page: Page, page_errors: list[str]
+) -> None:
+    """When the model fails after staging, the page shows the error and memory is unchanged."""
+    staged_then_failing = ScriptedModel([
+        memory_call({"target": "user", "action": "add", "content": "The user likes green tea."}),
+        HttpError(500, "upstream exploded"),
+    ])
+    app = create_app(
+        e2e_settings(sqlite_file(tmp_path)),
+        model_transport=ChatCompletionsTransport(staged_then_failing),
+    )
+    with live_server(app) as base:
+        token = sign_in(page, base, "mia")
+        answer = send(page, "remember that I like green tea")
+        expect(answer).to_have_attribute("data-state", "failed")
+        expect(answer).to_contain_text("Error:")
+        expect(page.locator("#chat-error")).to_contain_text("The answer failed:")
+        expect(page.locator("#memory-outcome")).to_have_text(
+            "Last turn: Nothing saved: the turn failed."
+        )
+        assert memory_of(base, token)["user"]["entries"] == []
+        screenshot(page, "14-failed-turn")
