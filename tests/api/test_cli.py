@@ -1,0 +1,148 @@
+"""`python -m app` in subprocesses against a temporary SQLite database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import jwt
+import pytest
+
+from app.api.auth import DEV_AUDIENCE, DEV_ISSUER
+from app.db.engine import build_engine
+from app.db.migrate import head_revision, is_at_head
+from app.memory.flags import read_flag
+from tests.support.server import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+SUBCOMMANDS = [[], ["migrate"], ["serve"], ["flags"], ["flags", "get"], ["flags", "set"], ["token"]]
+
+
+def _environment(workdir: Path, **extra: str) -> dict[str, str]:
+    environment = {
+        key: value for key, value in os.environ.items()
+        if not key.startswith(("AUTH_", "DATABASE_", "MEMORY_", "LLM_", "FLAG_"))
+    }
+    environment.update(
+        PYTHONPATH=str(REPO),
+        DATABASE_URL=f"sqlite:///{workdir / 'cli.db'}",
+        AUTH_DEV_SECRET_FILE=str(workdir / "dev-secret"),
+        LOG_FORMAT="console",
+    )
+    environment.update(extra)
+    return environment
+
+
+def run_cli(workdir: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args], cwd=workdir, env=_environment(workdir, **extra),
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+@pytest.mark.parametrize("args", SUBCOMMANDS, ids=["top", *("_".join(a) for a in SUBCOMMANDS[1:])])
+def test_every_command_has_help(args: list[str], tmp_path: Path) -> None:
+    """`python -m app ... --help` works for every command, without touching a database."""
+    result = run_cli(tmp_path, *args, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: python -m app")
+    assert not (tmp_path / "cli.db").exists()
+
+
+def test_migrate_flags_and_token(tmp_path: Path) -> None:
+    """migrate brings the database to head; flags set/get round-trip through the database;
+    token prints a dev token that verifies with the generated secret."""
+    migrated = run_cli(tmp_path, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert str(head_revision()) in migrated.stdout
+    engine = build_engine(f"sqlite:///{tmp_path / 'cli.db'}")
+    try:
+        assert is_at_head(engine)
+        assert run_cli(tmp_path, "flags", "get").stdout.strip() == "memory: off (default)"
+        switched = run_cli(tmp_path, "flags", "set", "memory", "on")
+        assert switched.returncode == 0, switched.stderr
+        assert read_flag(engine, "memory", False).enabled is True
+        assert run_cli(tmp_path, "flags", "get").stdout.strip() == "memory: on (database)"
+        run_cli(tmp_path, "flags", "set", "memory", "off")
+        assert read_flag(engine, "memory", True).enabled is False
+    finally:
+        engine.dispose()
+
+    issued = run_cli(tmp_path, "token", "--sub", "alice", "--role", "operator")
+    assert issued.returncode == 0, issued.stderr
+    secret = (tmp_path / "dev-secret").read_text().strip()
+    assert len(secret) >= 32
+    claims = jwt.decode(issued.stdout.strip(), secret, algorithms=["HS256"],
+                        issuer=DEV_ISSUER, audience=DEV_AUDIENCE)
+    assert claims["sub"] == "alice" and claims["roles"] == ["operator"]
+
+
+def test_bad_arguments_fail_cleanly(tmp_path: Path) -> None:
+    """Wrong flag values and dev tokens in oidc mode fail with a message and a non-zero exit."""
+    bad_value = run_cli(tmp_path, "flags", "set", "memory", "maybe")
+    assert bad_value.returncode == 2 and "invalid choice" in bad_value.stderr
+    oidc = run_cli(tmp_path, "token", "--sub", "alice", AUTH_MODE="oidc",
+                   AUTH_JWKS_URL="http://127.0.0.1:9/jwks", AUTH_ISSUER="i", AUTH_AUDIENCE="a")
+    assert oidc.returncode != 0 and "AUTH_MODE=dev" in oidc.stderr
+
+
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [
+        ({"AUTH_MODE": "bogus"}, "AUTH_MODE: Input should be 'dev' or 'oidc'"),
+        ({"AUTH_DEV_SECRET": "short"}, "AUTH_DEV_SECRET must be at least 32 characters"),
+        ({"AUTH_MODE": "oidc"}, "AUTH_MODE=oidc needs AUTH_JWKS_URL"),
+    ],
+    ids=["unknown_mode", "short_secret", "oidc_without_jwks"],
+)
+def test_serve_refuses_invalid_settings(
+    environment: dict[str, str], expected: str, tmp_path: Path
+) -> None:
+    """`serve` with invalid settings exits non-zero with a one-line reason, and serves nothing."""
+    result = run_cli(tmp_path, "serve", "--port", str(free_port()), **environment)
+    assert result.returncode != 0
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_runs_the_embedded_defaults(tmp_path: Path) -> None:
+    """`serve` migrates SQLite under ./data, generates the dev secret file, turns memory on by
+    default, prints the URL and how to get a token, and serves the API."""
+    port = free_port()
+    environment = _environment(tmp_path)
+    del environment["DATABASE_URL"], environment["AUTH_DEV_SECRET_FILE"]  # embedded defaults
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port), "--log-level", "warning"],
+        cwd=tmp_path, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.communicate()[1]
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "serve did not become ready"
+            time.sleep(0.1)  # poll interval only; the outcome is checked above
+        assert (tmp_path / "data" / "agent_memory.db").exists()
+        assert (tmp_path / "data" / "dev-secret").exists()
+        token = subprocess.run(
+            [sys.executable, "-m", "app", "token", "--sub", "alice"], cwd=tmp_path,
+            env=environment, capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        response = httpx.post(f"{base}/v1/memory/operations", headers=headers, json={
+            "operations": [{"target": "user", "action": "add", "content": "Prefers tea."}]})
+        assert response.status_code == 200, response.text
+    finally:
+        process.terminate()
+        stdout, _stderr = process.communicate(timeout=30)
+    assert base in stdout
+    assert "python -m app token --sub alice" in stdout
