@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import token_for
+from app.agent.offline import ChatCompletionsTransport, ChatRequest, Reply
+from app.main import create_app
+from tests.e2e.conftest import e2e_settings, sqlite_file, token_for
+from tests.support.scripted import Text, memory_call
+from tests.support.server import live_server
 
 pytestmark = pytest.mark.node
 
@@ -27,7 +33,26 @@ def _pinned_ai_version() -> str:
     return str(lock["packages"]["node_modules/ai"]["version"])
 
 
-def test_the_ai_sdk_parses_the_stream_and_use_chat_runs_on_it(server: str) -> None:
+async def stage_then_talk_long(request: ChatRequest) -> Reply:
+    """Every turn stages one memory change, then streams a long answer (time to press Stop)."""
+    if request.messages and request.messages[-1].get("role") == "tool":
+        return Text(" ".join(f"word{number}" for number in range(400)))
+    return memory_call({"target": "user", "action": "add", "content": "The user likes tea."})
+
+
+@pytest.fixture
+def staging_server(tmp_path: Path) -> Iterator[str]:
+    app = create_app(
+        e2e_settings(sqlite_file(tmp_path)),
+        model_transport=ChatCompletionsTransport(stage_then_talk_long, delay_seconds=0.04),
+    )
+    with live_server(app) as base:
+        yield base
+
+
+def test_the_ai_sdk_parses_the_stream_and_use_chat_runs_on_it(
+    server: str, staging_server: str
+) -> None:
     """ai@6's own parser, schema, message assembly and AbstractChat accept the backend's stream."""
     node = shutil.which("node")
     assert node is not None, "Node.js is needed for this test (Node 20 runs ai@6)"
@@ -42,6 +67,8 @@ def test_the_ai_sdk_parses_the_stream_and_use_chat_runs_on_it(server: str) -> No
         "BACKEND_URL": server,
         "BACKEND_TOKEN": token_for(server, "sdk-user"),
         "BACKEND_TOKEN_STOP": token_for(server, "sdk-stopper"),
+        "STAGING_URL": staging_server,
+        "STAGING_TOKEN": token_for(staging_server, "sdk-staged"),
     }
     result = subprocess.run(
         [node, "--test", "--test-reporter=spec", "ui-stream.test.mjs"],
@@ -53,4 +80,7 @@ def test_the_ai_sdk_parses_the_stream_and_use_chat_runs_on_it(server: str) -> No
         check=False,
     )
     assert result.returncode == 0, f"node --test failed:\n{result.stdout}\n{result.stderr}"
-    assert "# fail 0" in result.stdout or "ℹ fail 0" in result.stdout, result.stdout
+    summary = dict(re.findall(r"^ℹ (tests|pass|fail|skipped|todo|cancelled) (\d+)$",
+                              result.stdout, re.M))
+    assert summary.get("tests") == summary.get("pass") != "0", result.stdout
+    assert summary.get("skipped") == summary.get("todo") == "0", result.stdout

@@ -1,7 +1,9 @@
 // The backend's UI message stream, read by the real Vercel AI SDK (ai@6 from the lock file):
 // its own parser and schema, its message assembly, and the AbstractChat that `useChat` wraps.
 // Run by tests/e2e/test_ai_sdk_stream.py, which starts the backend and passes, in env:
-//   BACKEND_URL, BACKEND_TOKEN (a user with empty memory), BACKEND_TOKEN_STOP (another user).
+//   BACKEND_URL, BACKEND_TOKEN (a user with empty memory), BACKEND_TOKEN_STOP (another user),
+//   STAGING_URL, STAGING_TOKEN: a server whose scripted model stages a memory change in every
+//   turn and then streams a long answer.
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
@@ -17,7 +19,10 @@ import {
 const BASE = process.env.BACKEND_URL;
 const TOKEN = process.env.BACKEND_TOKEN;
 const STOP_TOKEN = process.env.BACKEND_TOKEN_STOP;
-assert.ok(BASE && TOKEN && STOP_TOKEN, "BACKEND_URL, BACKEND_TOKEN and BACKEND_TOKEN_STOP are required");
+const STAGING = process.env.STAGING_URL;
+const STAGING_TOKEN = process.env.STAGING_TOKEN;
+assert.ok(BASE && TOKEN && STOP_TOKEN && STAGING && STAGING_TOKEN,
+  "BACKEND_URL, BACKEND_TOKEN, BACKEND_TOKEN_STOP, STAGING_URL and STAGING_TOKEN are required");
 
 const REMEMBER = "remember that I prefer short answers";
 const auth = (token) => ({ authorization: `Bearer ${token}` });
@@ -26,8 +31,8 @@ function userMessage(text, id = `u-${Math.random().toString(36).slice(2)}`) {
   return { id, role: "user", parts: [{ type: "text", text }] };
 }
 
-async function memoryOf(token) {
-  const response = await fetch(`${BASE}/v1/memory`, { headers: auth(token) });
+async function memoryOf(token, base = BASE) {
+  const response = await fetch(`${base}/v1/memory`, { headers: auth(token) });
   assert.equal(response.status, 200);
   return response.json();
 }
@@ -233,4 +238,44 @@ test("chat.stop() aborts the request: the server commits nothing", async () => {
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   assert.deepEqual(await memoryOf(STOP_TOKEN), before);
+});
+
+test("stop() after the model staged a change: the change is never committed", async () => {
+  const before = await memoryOf(STAGING_TOKEN, STAGING);
+  assert.deepEqual(before.user.entries, []);
+  let staged;
+  const stagedAndTalking = new Promise((resolve) => { staged = resolve; });
+  const state = new PlainChatState();
+  const chat = new (class extends AbstractChat {})({
+    state,
+    transport: new DefaultChatTransport({ api: `${STAGING}/v1/chat?protocol=ai-sdk`, headers: auth(STAGING_TOKEN) }),
+  });
+  const watch = (message) => {
+    const tool = message.parts.find((part) => part.type === "tool-memory_update");
+    const text = message.parts.some((part) => part.type === "text" && part.text.length > 0);
+    if (message.role === "assistant" && tool && tool.output?.outcome === "staged" && text) staged(message);
+  };
+  for (const method of ["pushMessage", "replaceMessage"]) {
+    const original = state[method].bind(state);
+    state[method] = (...args) => { original(...args); watch(args.at(-1)); };
+  }
+
+  const sending = chat.sendMessage({ text: "remember that I like tea, then talk for a while" });
+  const message = await stagedAndTalking;
+  await chat.stop();
+  await sending;
+  assert.ok(!chat.messages.at(-1).parts.some((part) => part.type === "data-memory"), "the turn did not reach its commit");
+
+  const conversationId = message.metadata.conversation_id;
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const response = await fetch(`${STAGING}/v1/conversations/${encodeURIComponent(conversationId)}`, {
+      headers: auth(STAGING_TOKEN),
+    });
+    const last = (await response.json()).messages.at(-1);
+    if (last.role === "assistant" && last.status === "interrupted") break;
+    assert.ok(Date.now() < deadline, `the turn was not marked interrupted: ${JSON.stringify(last)}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  assert.deepEqual(await memoryOf(STAGING_TOKEN, STAGING), before);
 });
