@@ -1,0 +1,90 @@
+"""A cancelled non-streamed turn commits nothing, even while its commit waits on a row lock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, insert, select, text
+
+from app.agent.loop import Turn, TurnRequest, TurnServices, collect_turn
+from app.db.schema import agent_memory
+from app.memory.service import MemoryService
+from app.runtime import build_runtime
+from tests.support.apps import api_settings
+from tests.support.databases import migrated_engine, wipe
+from tests.support.scripted import ScriptedModel, Text, memory_call
+
+DEADLINE_SECONDS = 15.0
+STORED = "The user likes tea."
+
+
+@pytest.fixture
+def pg(postgres_url: str) -> Iterator[Engine]:
+    engine = migrated_engine(postgres_url)
+    wipe(engine)
+    yield engine
+    engine.dispose()
+
+
+async def wait_until(predicate: object, what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(predicate):  # type: ignore[arg-type]
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{what} did not happen before the deadline")
+
+
+@pytest.mark.postgres
+async def test_cancelling_a_turn_blocked_in_its_commit_commits_nothing(
+    pg: Engine, postgres_url: str
+) -> None:
+    """Another connection holds the user's row lock; the turn's commit blocks on it; the turn
+    task is cancelled. The cancel event reaches the worker, which rolls back once the lock is
+    released: the stored memory is unchanged."""
+    with pg.begin() as connection:
+        connection.execute(insert(agent_memory).values(
+            user_id="carol", memory_type="user", content=STORED))
+    model = ScriptedModel([
+        memory_call({"target": "user", "action": "add", "content": "The user likes coffee."}),
+        Text("Saved."),
+    ])
+    runtime = build_runtime(api_settings(postgres_url), model_transport=model.transport())
+    holder = pg.connect()
+    holder_transaction = holder.begin()
+    try:
+        holder.execute(select(agent_memory).where(agent_memory.c.user_id == "carol")
+                       .with_for_update())
+        agent = await runtime.agents.chat()
+        turn = Turn(
+            agent,
+            TurnRequest(message="remember that I like coffee", user_id="carol",
+                        store_transcript=False),
+            TurnServices(settings=runtime.settings, memory=runtime.memory,
+                         flags=runtime.flags),
+        )
+        task = asyncio.create_task(collect_turn(turn))
+
+        def commit_is_waiting_on_the_lock() -> bool:
+            with pg.connect() as probe:
+                waiting = probe.execute(text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query ILIKE '%agent_memory%FOR UPDATE%'"
+                )).scalar_one()
+            return bool(waiting)
+
+        await wait_until(commit_is_waiting_on_the_lock, "the commit blocking on the row lock")
+        task.cancel()
+        await wait_until(turn.cancel_event.is_set, "the cancel event being set")
+    finally:
+        holder_transaction.rollback()  # release the lock: the worker now reaches its checks
+        holder.close()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert turn.cancel_event.is_set()
+    assert MemoryService(pg).read("carol").user == (STORED,)
+    await runtime.aclose()
+    model.assert_done()
