@@ -58,7 +58,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_index("ix_conversation_messages_conversation", "conversation_messages")
+    # Dropping the table drops its index too; MariaDB refuses to drop an index on its own
+    # while the foreign key on conversation_id needs it.
     op.drop_table("conversation_messages")
     op.drop_index("ix_conversations_user_updated", "conversations")
     op.drop_table("conversations")
