@@ -193,3 +193,30 @@ async def test_answers_non_streamed_requests() -> None:
     await client.close()
     assert completion.choices[0].message.content == OFFLINE_NOTICE
     assert completion.choices[0].finish_reason == "stop"
+
+
+async def test_the_standalone_server_speaks_the_same_protocol_over_http() -> None:
+    """scripts/offline_model.py serves the same model over real HTTP to any OpenAI client."""
+    from scripts.offline_model import build_app
+    from tests.support.server import live_server
+
+    with live_server(build_app(delay_ms=0)) as url:  # type: ignore[arg-type]
+        client = AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        stream = await client.chat.completions.create(
+            model="offline-memory-1",
+            messages=[{"role": "system", "content": render_block(SNAPSHOT)},
+                      {"role": "user", "content": "remember that I like tea"}],
+            tools=[MEMORY_TOOL],  # type: ignore[list-item]
+            stream=True,
+        )
+        arguments, finish = [], None
+        async for chunk in stream:
+            for choice in chunk.choices:
+                for delta in choice.delta.tool_calls or ():
+                    if delta.function and delta.function.arguments:
+                        arguments.append(delta.function.arguments)
+                finish = choice.finish_reason or finish
+        await client.close()
+    assert finish == "tool_calls"
+    assert json.loads("".join(arguments))["operations"] == [
+        {"target": "user", "action": "add", "content": "The user likes tea."}]
