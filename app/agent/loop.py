@@ -45,7 +45,7 @@ from app.memory.rules import MemoryValidationError, Snapshot, Target
 from app.memory.scope import memory_scope
 from app.memory.service import MemoryService
 from app.settings import Settings
-from app.telemetry import memory_event, turn_context
+from app.telemetry import capture_content, memory_event, turn_context
 
 log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -125,6 +125,7 @@ class Turn:
             turn_context(self.turn_id, self.request.user_id),  # ids on every log line
         ):
             span.set_attribute("turn.agent", self.agent.name)
+            capture_content(span, "app.capture.user_message", self.request.message)
             try:
                 async with asyncio.timeout(settings.turn_timeout_seconds):
                     ctx = await self._open()
@@ -163,6 +164,7 @@ class Turn:
                 emit(ErrorEvent("internal_error", "The turn failed; nothing was saved to memory."))
                 await self._store_shielded(self.context, progress.answer, "failed")
             finally:
+                capture_content(span, "app.capture.model_output", progress.answer)
                 span.set_attribute("turn.outcome", outcome)
                 span.set_attribute("turn.rounds", progress.rounds)
                 log.info(

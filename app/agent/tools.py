@@ -17,7 +17,7 @@ from app.agent.events import ToolOutcome
 from app.memory.ledger import stage_operations
 from app.memory.rules import LIMITS, MemoryValidationError, Snapshot, parse_operations
 from app.memory.scope import current_memory_request
-from app.telemetry import memory_event, register_tool_arguments
+from app.telemetry import capture_content, memory_event, register_tool_arguments
 
 log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -104,6 +104,7 @@ def run_memory_tool(ctx: TurnContext, raw_arguments: str) -> ToolResult:
     """Stage one batch on the turn's ledger, or explain to the model why not."""
     register_tool_arguments(raw_arguments)  # scrubbed from telemetry, accepted or not
     with tracer.start_as_current_span("memory.tool") as span:
+        capture_content(span, "app.capture.memory_operations", raw_arguments)
         started = time.perf_counter()
         result, targets = _run(ctx, raw_arguments)
         span.set_attribute("memory.outcome", result.outcome)
