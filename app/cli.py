@@ -51,12 +51,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         engine.dispose()
     url = f"http://{args.host}:{args.port}"
-    print(f"Serving agent memory on {url}  (auth: {settings.auth_mode}, "
-          f"model: {'offline' if settings.offline_model else settings.llm_model})")
+    print(
+        f"Serving agent memory on {url}  (auth: {settings.auth_mode}, "
+        f"model: {'offline' if settings.offline_model else settings.llm_model})"
+    )
     if settings.auth_mode == "dev":
         print("Get a token:  python -m app token --sub alice")
-        print(f"         or:  curl -s -X POST {url}/dev/token "
-              "-H 'content-type: application/json' -d '{\"sub\": \"alice\"}'")
+        print(
+            f"         or:  curl -s -X POST {url}/dev/token "
+            "-H 'content-type: application/json' -d '{\"sub\": \"alice\"}'"
+        )
     sys.stdout.flush()
     uvicorn.run("app.main:app", host=args.host, port=args.port, log_level=args.log_level)
     return 0
@@ -111,34 +115,44 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     migrate = commands.add_parser(
-        "migrate", help="bring DATABASE_URL to the latest migration",
+        "migrate",
+        help="bring DATABASE_URL to the latest migration",
         description="Bring the database named by DATABASE_URL to the latest migration.",
     )
     migrate.set_defaults(handler=cmd_migrate)
 
     serve = commands.add_parser(
-        "serve", help="migrate if needed, then serve the API",
+        "serve",
+        help="migrate if needed, then serve the API",
         description="Migrate the database if needed, then serve app.main:app with uvicorn. "
         "Defaults: SQLite under ./data, dev auth with a secret kept in ./data/dev-secret, "
         "the offline model, MEMORY_ENABLED=true unless set.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    serve.add_argument("--log-level", default="info",
-                       choices=["critical", "error", "warning", "info", "debug"],
-                       help="uvicorn's log level (default info)")
+    serve.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn's log level (default info)",
+    )
     serve.set_defaults(handler=cmd_serve)
 
     flags = commands.add_parser(
-        "flags", help="read or switch feature flags",
+        "flags",
+        help="read or switch feature flags",
         description="Read or switch the feature flags stored in the database.",
     )
     flag_commands = flags.add_subparsers(dest="flags_command", required=True, metavar="ACTION")
-    flag_get = flag_commands.add_parser("get", help="print every flag and where it comes from",
-                                        description="Print every flag and its source.")
+    flag_get = flag_commands.add_parser(
+        "get",
+        help="print every flag and where it comes from",
+        description="Print every flag and its source.",
+    )
     flag_get.set_defaults(handler=cmd_flags)
     flag_set = flag_commands.add_parser(
-        "set", help="switch a flag: set memory on|off",
+        "set",
+        help="switch a flag: set memory on|off",
         description="Switch a flag for every replica (they follow within FLAG_CACHE_SECONDS). "
         "Turning memory off deletes nothing.",
     )
@@ -147,12 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
     flag_set.set_defaults(handler=cmd_flags)
 
     token = commands.add_parser(
-        "token", help="print a dev token (AUTH_MODE=dev)",
+        "token",
+        help="print a dev token (AUTH_MODE=dev)",
         description="Print an HS256 dev token signed with the dev secret (AUTH_MODE=dev only).",
     )
     token.add_argument("--sub", required=True, help="the subject (memory owner), e.g. alice")
-    token.add_argument("--role", action="append", default=[],
-                       help="a role to grant, e.g. operator (repeatable)")
+    token.add_argument(
+        "--role", action="append", default=[], help="a role to grant, e.g. operator (repeatable)"
+    )
     token.add_argument("--ttl", type=int, default=None, help="lifetime in seconds")
     token.set_defaults(handler=cmd_token)
     return parser

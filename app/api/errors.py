@@ -21,8 +21,9 @@ _HTTP_CODES = {
 }
 
 
-def error_response(status: int, code: str, message: str,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse(
         {"error": {"code": code, "message": message}}, status_code=status, headers=headers
     )
@@ -54,7 +55,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, error: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(error.status_code, "http_error")
-        return error_response(error.status_code, code, str(error.detail), error.headers)
+        headers = dict(error.headers) if error.headers else None
+        return error_response(error.status_code, code, str(error.detail), headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, error: Exception) -> JSONResponse:

@@ -4,6 +4,7 @@ the caller owns the transaction."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import cast
 
 from sqlalchemy import Connection, delete, func, insert, select, update
 
@@ -49,7 +50,8 @@ def load_snapshot(connection: Connection, user_id: str, *, lock: bool = False) -
         query = select(
             agent_memory.c.memory_type, agent_memory.c.content, agent_memory.c.schema_version
         ).where(agent_memory.c.user_id == user_id)
-    rows = [tuple(row) for row in connection.execute(query).all()]
+    # Rows are tuples in SQLAlchemy 2.1 (Result.tuples() is deprecated there).
+    rows = cast("list[tuple[str, str, int]]", connection.execute(query).all())
     return snapshot_from_rows(rows)
 
 

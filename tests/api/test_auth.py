@@ -70,7 +70,9 @@ def _assert_unauthorized(response: httpx.Response) -> None:
     assert error["message"]
 
 
-@pytest.mark.parametrize(("case", "headers"), BAD_AUTHORIZATION, ids=[c for c, _ in BAD_AUTHORIZATION])
+@pytest.mark.parametrize(
+    ("case", "headers"), BAD_AUTHORIZATION, ids=[c for c, _ in BAD_AUTHORIZATION]
+)
 def test_bad_tokens_are_401_and_touch_nothing_in_process(
     case: str, headers: dict[str, str], settings: Settings, sqlite_engine: Engine
 ) -> None:
@@ -105,11 +107,18 @@ def test_dev_token_route_issues_verifiable_tokens(settings: Settings) -> None:
         body = response.json()
         assert body["token_type"] == "bearer"
         assert body["expires_in"] == settings.auth_dev_token_ttl_seconds
-        decoded = jwt.decode(body["access_token"], TEST_DEV_SECRET, algorithms=["HS256"],
-                             audience=DEV_AUDIENCE, issuer=DEV_ISSUER)
+        decoded = jwt.decode(
+            body["access_token"],
+            TEST_DEV_SECRET,
+            algorithms=["HS256"],
+            audience=DEV_AUDIENCE,
+            issuer=DEV_ISSUER,
+        )
         assert decoded["sub"] == "alice" and decoded["roles"] == ["operator"]
         assert decoded["exp"] - decoded["iat"] == settings.auth_dev_token_ttl_seconds
-        assert client.get("/v1/admin/flags", headers=bearer(body["access_token"])).status_code == 200
+        assert (
+            client.get("/v1/admin/flags", headers=bearer(body["access_token"])).status_code == 200
+        )
 
         plain = client.post("/dev/token", json={"sub": "bob"}).json()["access_token"]
         assert client.get("/v1/memory", headers=bearer(plain)).status_code == 200
@@ -118,8 +127,14 @@ def test_dev_token_route_issues_verifiable_tokens(settings: Settings) -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [{}, {"sub": ""}, {"sub": "a" * 129}, {"sub": "alice", "roles": "operator"},
-     {"sub": "alice", "user_id": "bob"}, {"sub": 5}],
+    [
+        {},
+        {"sub": ""},
+        {"sub": "a" * 129},
+        {"sub": "alice", "roles": "operator"},
+        {"sub": "alice", "user_id": "bob"},
+        {"sub": 5},
+    ],
     ids=["no_sub", "empty_sub", "long_sub", "roles_not_list", "unknown_field", "sub_not_str"],
 )
 def test_dev_token_route_rejects_bad_bodies(body: dict[str, object], settings: Settings) -> None:
@@ -150,4 +165,6 @@ def test_operator_routes_need_the_role(settings: Settings) -> None:
         forbidden = client.get("/v1/admin/flags", headers=dev_auth("alice", ["viewer"]))
         assert forbidden.status_code == 403
         assert forbidden.json()["error"]["code"] == "forbidden"
-        assert client.get("/v1/admin/flags", headers=dev_auth("op", ["operator"])).status_code == 200
+        assert (
+            client.get("/v1/admin/flags", headers=dev_auth("op", ["operator"])).status_code == 200
+        )

@@ -24,7 +24,8 @@ SUBCOMMANDS = [[], ["migrate"], ["serve"], ["flags"], ["flags", "get"], ["flags"
 
 def _environment(workdir: Path, **extra: str) -> dict[str, str]:
     environment = {
-        key: value for key, value in os.environ.items()
+        key: value
+        for key, value in os.environ.items()
         if not key.startswith(("AUTH_", "DATABASE_", "MEMORY_", "LLM_", "FLAG_"))
     }
     environment.update(
@@ -39,8 +40,13 @@ def _environment(workdir: Path, **extra: str) -> dict[str, str]:
 
 def run_cli(workdir: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "app", *args], cwd=workdir, env=_environment(workdir, **extra),
-        capture_output=True, text=True, timeout=120, check=False,
+        [sys.executable, "-m", "app", *args],
+        cwd=workdir,
+        env=_environment(workdir, **extra),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -76,8 +82,13 @@ def test_migrate_flags_and_token(tmp_path: Path) -> None:
     assert issued.returncode == 0, issued.stderr
     secret = (tmp_path / "dev-secret").read_text().strip()
     assert len(secret) >= 32
-    claims = jwt.decode(issued.stdout.strip(), secret, algorithms=["HS256"],
-                        issuer=DEV_ISSUER, audience=DEV_AUDIENCE)
+    claims = jwt.decode(
+        issued.stdout.strip(),
+        secret,
+        algorithms=["HS256"],
+        issuer=DEV_ISSUER,
+        audience=DEV_AUDIENCE,
+    )
     assert claims["sub"] == "alice" and claims["roles"] == ["operator"]
 
 
@@ -85,8 +96,16 @@ def test_bad_arguments_fail_cleanly(tmp_path: Path) -> None:
     """Wrong flag values and dev tokens in oidc mode fail with a message and a non-zero exit."""
     bad_value = run_cli(tmp_path, "flags", "set", "memory", "maybe")
     assert bad_value.returncode == 2 and "invalid choice" in bad_value.stderr
-    oidc = run_cli(tmp_path, "token", "--sub", "alice", AUTH_MODE="oidc",
-                   AUTH_JWKS_URL="http://127.0.0.1:9/jwks", AUTH_ISSUER="i", AUTH_AUDIENCE="a")
+    oidc = run_cli(
+        tmp_path,
+        "token",
+        "--sub",
+        "alice",
+        AUTH_MODE="oidc",
+        AUTH_JWKS_URL="http://127.0.0.1:9/jwks",
+        AUTH_ISSUER="i",
+        AUTH_AUDIENCE="a",
+    )
     assert oidc.returncode != 0 and "AUTH_MODE=dev" in oidc.stderr
 
 
@@ -117,7 +136,11 @@ def test_serve_runs_the_embedded_defaults(tmp_path: Path) -> None:
     del environment["DATABASE_URL"], environment["AUTH_DEV_SECRET_FILE"]  # embedded defaults
     process = subprocess.Popen(
         [sys.executable, "-m", "app", "serve", "--port", str(port), "--log-level", "warning"],
-        cwd=tmp_path, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -134,12 +157,20 @@ def test_serve_runs_the_embedded_defaults(tmp_path: Path) -> None:
         assert (tmp_path / "data" / "agent_memory.db").exists()
         assert (tmp_path / "data" / "dev-secret").exists()
         token = subprocess.run(
-            [sys.executable, "-m", "app", "token", "--sub", "alice"], cwd=tmp_path,
-            env=environment, capture_output=True, text=True, timeout=60, check=True,
+            [sys.executable, "-m", "app", "token", "--sub", "alice"],
+            cwd=tmp_path,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
         ).stdout.strip()
         headers = {"Authorization": f"Bearer {token}"}
-        response = httpx.post(f"{base}/v1/memory/operations", headers=headers, json={
-            "operations": [{"target": "user", "action": "add", "content": "Prefers tea."}]})
+        response = httpx.post(
+            f"{base}/v1/memory/operations",
+            headers=headers,
+            json={"operations": [{"target": "user", "action": "add", "content": "Prefers tea."}]},
+        )
         assert response.status_code == 200, response.text
     finally:
         process.terminate()

@@ -1,4 +1,4 @@
-"""Errors by contract: one JSON error body, 4xx for bad input, 413 for big bodies, clean start-up."""
+"""Errors by contract: one JSON error body, 4xx for bad input, 413 for big bodies, clean start."""
 
 from __future__ import annotations
 
@@ -36,27 +36,68 @@ def _error(response: httpx.Response, status: int, code: str) -> None:
 @pytest.mark.parametrize(
     ("method", "path", "kwargs", "status", "code"),
     [
-        ("post", "/dev/token", {"content": b"{oops", "headers": {"content-type": "application/json"}},
-         422, "invalid_json"),
+        (
+            "post",
+            "/dev/token",
+            {"content": b"{oops", "headers": {"content-type": "application/json"}},
+            422,
+            "invalid_json",
+        ),
         ("post", "/dev/token", {"json": ["alice"]}, 422, "invalid_request"),
         ("post", "/dev/token", {"json": {"sub": ["alice"]}}, 422, "invalid_request"),
-        ("post", "/dev/token", {"content": b"sub=alice",
-                                "headers": {"content-type": "text/plain"}}, 422, "invalid_request"),
-        ("put", "/v1/admin/flags/memory", {"content": b"true",
-                                           "headers": dev_auth("op", ["operator"])},
-         422, "invalid_request"),
-        ("post", "/v1/memory/operations", {"json": "operations", "headers": ALICE},
-         422, "invalid_operation"),
-        ("post", "/v1/memory/operations", {"json": {"operations": [None]}, "headers": ALICE},
-         422, "invalid_operation"),
-        ("post", "/v1/memory/operations",
-         {"json": {"operations": [{"target": "user", "action": "add", "content": 7}]},
-          "headers": ALICE}, 422, "invalid_operation"),
+        (
+            "post",
+            "/dev/token",
+            {"content": b"sub=alice", "headers": {"content-type": "text/plain"}},
+            422,
+            "invalid_request",
+        ),
+        (
+            "put",
+            "/v1/admin/flags/memory",
+            {"content": b"true", "headers": dev_auth("op", ["operator"])},
+            422,
+            "invalid_request",
+        ),
+        (
+            "post",
+            "/v1/memory/operations",
+            {"json": "operations", "headers": ALICE},
+            422,
+            "invalid_operation",
+        ),
+        (
+            "post",
+            "/v1/memory/operations",
+            {"json": {"operations": [None]}, "headers": ALICE},
+            422,
+            "invalid_operation",
+        ),
+        (
+            "post",
+            "/v1/memory/operations",
+            {
+                "json": {"operations": [{"target": "user", "action": "add", "content": 7}]},
+                "headers": ALICE,
+            },
+            422,
+            "invalid_operation",
+        ),
         ("get", "/v1/nowhere", {}, 404, "not_found"),
         ("patch", "/v1/memory", {"headers": ALICE}, 405, "method_not_allowed"),
     ],
-    ids=["broken_json", "array", "sub_list", "text_plain", "flag_bare_bool", "memory_string",
-         "memory_null_op", "memory_number_content", "unknown_route", "wrong_method"],
+    ids=[
+        "broken_json",
+        "array",
+        "sub_list",
+        "text_plain",
+        "flag_bare_bool",
+        "memory_string",
+        "memory_null_op",
+        "memory_number_content",
+        "unknown_route",
+        "wrong_method",
+    ],
 )
 def test_bad_requests_are_4xx_with_the_error_body(
     method: str, path: str, kwargs: dict[str, object], status: int, code: str, settings: Settings
@@ -72,8 +113,9 @@ def test_declared_oversize_body_is_413_before_the_app_reads_it(settings: Setting
     real HTTP, before authentication or parsing."""
     big = {"operations": [{"target": "user", "action": "add", "content": "x" * LIMIT}]}
     with app_client(settings) as client:
-        _error(client.post("/v1/memory/operations", json=big, headers=ALICE), 413,
-               "payload_too_large")
+        _error(
+            client.post("/v1/memory/operations", json=big, headers=ALICE), 413, "payload_too_large"
+        )
         _error(client.post("/dev/token", json={"sub": "a" * LIMIT}), 413, "payload_too_large")
     with served(settings) as url:
         response = httpx.post(f"{url}/v1/memory/operations", json=big, headers=ALICE)
@@ -92,8 +134,11 @@ def test_streamed_oversize_body_is_413(settings: Settings) -> None:
 
     with served(settings) as url:
         for path, headers in (("/v1/memory/operations", ALICE), ("/dev/token", {})):
-            response = httpx.post(f"{url}{path}", content=chunks(),
-                                  headers={**headers, "content-type": "application/json"})
+            response = httpx.post(
+                f"{url}{path}",
+                content=chunks(),
+                headers={**headers, "content-type": "application/json"},
+            )
             _error(response, 413, "payload_too_large")
 
 
@@ -101,8 +146,11 @@ def test_bodies_under_the_limit_pass(settings: Settings) -> None:
     """The limit counts bytes: a body just under it is served normally."""
     content = "z" * 1000
     with app_client(settings) as client:
-        response = client.post("/v1/memory/operations", headers=ALICE, json={
-            "operations": [{"target": "user", "action": "add", "content": content}]})
+        response = client.post(
+            "/v1/memory/operations",
+            headers=ALICE,
+            json={"operations": [{"target": "user", "action": "add", "content": content}]},
+        )
         assert response.status_code == 200
         client.delete("/v1/memory", headers=ALICE)
 
@@ -110,8 +158,10 @@ def test_bodies_under_the_limit_pass(settings: Settings) -> None:
 def test_request_id_is_echoed_or_minted(settings: Settings) -> None:
     """Every response carries X-Request-ID: the caller's when it is plain, else a fresh one."""
     with app_client(settings) as client:
-        assert client.get("/healthz", headers={"x-request-id": "req-42"}).headers[
-            "x-request-id"] == "req-42"
+        assert (
+            client.get("/healthz", headers={"x-request-id": "req-42"}).headers["x-request-id"]
+            == "req-42"
+        )
         minted = client.get("/healthz", headers={"x-request-id": "bad id\t<script>"})
         assert re.fullmatch(r"[0-9a-f]{32}", minted.headers["x-request-id"])
         assert client.get("/v1/memory").headers["x-request-id"]
@@ -124,8 +174,9 @@ def test_no_base_http_middleware() -> None:
     app = create_app()
     assert app.user_middleware
     for middleware in app.user_middleware:
-        assert not (isinstance(middleware.cls, type) and issubclass(middleware.cls,
-                                                                     BaseHTTPMiddleware))
+        assert not (
+            isinstance(middleware.cls, type) and issubclass(middleware.cls, BaseHTTPMiddleware)
+        )
 
 
 @pytest.mark.parametrize(
@@ -134,8 +185,16 @@ def test_no_base_http_middleware() -> None:
         ({"AUTH_MODE": "bogus"}, "AUTH_MODE: Input should be 'dev' or 'oidc'"),
         ({"AUTH_DEV_SECRET": "too-short"}, "AUTH_DEV_SECRET must be at least 32 characters"),
         ({"AUTH_MODE": "oidc"}, "AUTH_MODE=oidc needs AUTH_JWKS_URL, AUTH_ISSUER, AUTH_AUDIENCE"),
-        ({"AUTH_MODE": "oidc", "AUTH_JWKS_URL": "http://127.0.0.1:9/jwks", "AUTH_ISSUER": "i",
-          "AUTH_AUDIENCE": "a", "AUTH_ALGORITHMS": "HS256"}, "AUTH_ALGORITHMS accepts only"),
+        (
+            {
+                "AUTH_MODE": "oidc",
+                "AUTH_JWKS_URL": "http://127.0.0.1:9/jwks",
+                "AUTH_ISSUER": "i",
+                "AUTH_AUDIENCE": "a",
+                "AUTH_ALGORITHMS": "HS256",
+            },
+            "AUTH_ALGORITHMS accepts only",
+        ),
         ({"MAX_MESSAGE_CHARS": "0"}, "MAX_MESSAGE_CHARS"),
     ],
     ids=["unknown_mode", "short_secret", "oidc_without_provider", "oidc_hs256", "bad_number"],

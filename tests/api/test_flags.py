@@ -29,7 +29,11 @@ def test_flag_defaults_to_memory_enabled_setting(engine: Engine, db_url: str) ->
     """Until an operator sets it, the flag reports MEMORY_ENABLED with source 'default'."""
     with app_client(api_settings(db_url, memory_enabled=False)) as client:
         assert _memory_flag(client) == {
-            "name": "memory", "enabled": False, "source": "default", "updated_by": None}
+            "name": "memory",
+            "enabled": False,
+            "source": "default",
+            "updated_by": None,
+        }
         assert client.post("/v1/memory/operations", headers=ALICE, json=ADD).status_code == 409
 
 
@@ -41,7 +45,11 @@ def test_operator_switches_the_flag_and_nothing_is_deleted(engine: Engine, db_ur
         response = client.put("/v1/admin/flags/memory", headers=OPERATOR, json={"enabled": False})
         assert response.status_code == 200
         assert response.json() == {
-            "name": "memory", "enabled": False, "source": "database", "updated_by": "olivia"}
+            "name": "memory",
+            "enabled": False,
+            "source": "database",
+            "updated_by": "olivia",
+        }
         assert read_flag(engine, "memory", True).enabled is False
         assert memory_rows(engine, "alice") == 1
         assert client.post("/v1/memory/operations", headers=ALICE, json=ADD).status_code == 409

@@ -66,8 +66,10 @@ def _bad_tokens() -> list[tuple[str, str]]:
         ("no_kid", RSA_KEY.sign(good, with_kid=False)),
         ("alg_none", unsigned_token(good, {"kid": "rsa-1"})),
         ("hs256_with_public_key", hmac_token(good, RSA_KEY.public_pem(), {"kid": "rsa-1"})),
-        ("hs256_with_jwk_text", hmac_token(good, str(RSA_KEY.public_jwk()).encode(),
-                                           {"kid": "rsa-1"})),
+        (
+            "hs256_with_jwk_text",
+            hmac_token(good, str(RSA_KEY.public_jwk()).encode(), {"kid": "rsa-1"}),
+        ),
         ("ec_key_claims_rs256", hmac_token(good, b"x" * 32, {"kid": "ec-1", "alg": "RS256"})),
         ("garbage", "a.b.c"),
     ]
@@ -80,10 +82,14 @@ def test_bad_oidc_tokens_are_401(transport: str, settings: Settings) -> None:
     cases = _bad_tokens()
     if transport == "asgi":
         with app_client(settings) as client:
-            results = {case: client.get("/v1/memory", headers=bearer(token)) for case, token in cases}
+            results = {
+                case: client.get("/v1/memory", headers=bearer(token)) for case, token in cases
+            }
     else:
         with served(settings) as url, httpx.Client(base_url=url) as client:
-            results = {case: client.get("/v1/memory", headers=bearer(token)) for case, token in cases}
+            results = {
+                case: client.get("/v1/memory", headers=bearer(token)) for case, token in cases
+            }
     for case, response in results.items():
         assert response.status_code == 401, (case, response.text)
         assert response.headers["www-authenticate"] == "Bearer", case

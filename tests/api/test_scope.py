@@ -13,10 +13,10 @@ from sqlalchemy import Engine
 
 from app.api.deps import CurrentUser, RuntimeDep
 from app.main import create_app
+from app.memory.repository import CancelCheck
 from app.memory.rules import Operation, Snapshot
 from app.memory.scope import NoMemoryScopeError, memory_scope, require_scope
 from app.memory.service import CommitResult, MemoryService
-from app.memory.repository import CancelCheck
 from tests.support.apps import api_settings, served
 from tests.support.tokens import dev_auth
 
@@ -78,8 +78,12 @@ class RecordingMemoryService(MemoryService):
         self.owners.append(("read", user_id))
         return super().read(user_id)
 
-    def commit_operations(self, user_id: str, batches: Sequence[Sequence[Operation]],
-                          should_cancel: CancelCheck = lambda: False) -> CommitResult:
+    def commit_operations(
+        self,
+        user_id: str,
+        batches: Sequence[Sequence[Operation]],
+        should_cancel: CancelCheck = lambda: False,
+    ) -> CommitResult:
         self.owners.append(("commit", user_id))
         return super().commit_operations(user_id, batches, should_cancel)
 
@@ -107,10 +111,16 @@ async def test_memory_service_only_sees_the_token_subject(engine: Engine, db_url
             async def session(user: str) -> list[int]:
                 headers = dev_auth(user)
                 return [
-                    (await client.post("/v1/memory/operations", headers=headers,
-                                       json={**body, "user_id": "mallory"})).status_code,
-                    (await client.post("/v1/memory/operations", headers=headers, json=body)
-                     ).status_code,
+                    (
+                        await client.post(
+                            "/v1/memory/operations",
+                            headers=headers,
+                            json={**body, "user_id": "mallory"},
+                        )
+                    ).status_code,
+                    (
+                        await client.post("/v1/memory/operations", headers=headers, json=body)
+                    ).status_code,
                     (await client.get("/v1/memory", headers=headers)).status_code,
                     (await client.delete("/v1/memory", headers=headers)).status_code,
                 ]
@@ -121,4 +131,7 @@ async def test_memory_service_only_sees_the_token_subject(engine: Engine, db_url
     assert {owner for _kind, owner in owners} == set(USERS)
     for user in USERS:
         assert sorted(kind for kind, owner in owners if owner == user) == [
-            "commit", "forget", "read"]
+            "commit",
+            "forget",
+            "read",
+        ]

@@ -26,21 +26,37 @@ OIDC_ISSUER = "https://idp.example.test/"
 OIDC_AUDIENCE = "agent-memory-api"
 
 
-def claims(sub: str | None = "alice", roles: Iterable[str] = (), *, ttl: int = 600,
-           issuer: str = DEV_ISSUER, audience: str = DEV_AUDIENCE,
-           **overrides: Any) -> dict[str, Any]:
+def claims(
+    sub: str | None = "alice",
+    roles: Iterable[str] = (),
+    *,
+    ttl: int = 600,
+    issuer: str = DEV_ISSUER,
+    audience: str = DEV_AUDIENCE,
+    **overrides: Any,
+) -> dict[str, Any]:
     """A valid claim set; override or drop (value None) any claim to make it invalid."""
     now = int(time.time())
     values: dict[str, Any] = {
-        "sub": sub, "roles": list(roles), "iss": issuer, "aud": audience,
-        "iat": now, "nbf": now, "exp": now + ttl,
+        "sub": sub,
+        "roles": list(roles),
+        "iss": issuer,
+        "aud": audience,
+        "iat": now,
+        "nbf": now,
+        "exp": now + ttl,
     }
     values.update(overrides)
     return {key: value for key, value in values.items() if value is not None}
 
 
-def dev_token(sub: str = "alice", roles: Iterable[str] = (), *,
-              secret: str = TEST_DEV_SECRET, **overrides: Any) -> str:
+def dev_token(
+    sub: str = "alice",
+    roles: Iterable[str] = (),
+    *,
+    secret: str = TEST_DEV_SECRET,
+    **overrides: Any,
+) -> str:
     return jwt.encode(claims(sub, roles, **overrides), secret, algorithm="HS256")
 
 
@@ -106,12 +122,14 @@ class SigningKey:
 
     def sign(self, payload: Mapping[str, Any], *, with_kid: bool = True) -> str:
         headers = {"kid": self.kid} if with_kid else None
-        return jwt.encode(dict(payload), self.private_key, algorithm=self.algorithm,
-                          headers=headers)
+        return jwt.encode(
+            dict(payload), self.private_key, algorithm=self.algorithm, headers=headers
+        )
 
 
-def oidc_claims(sub: str | None = "alice", roles: Iterable[str] = (), **overrides: Any
-                ) -> dict[str, Any]:
+def oidc_claims(
+    sub: str | None = "alice", roles: Iterable[str] = (), **overrides: Any
+) -> dict[str, Any]:
     return claims(sub, roles, issuer=OIDC_ISSUER, audience=OIDC_AUDIENCE, **overrides)
 
 
