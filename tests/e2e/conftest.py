@@ -85,13 +85,15 @@ def memory_of(base: str, token: str) -> dict[str, Any]:
     return body
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: the sync API keeps an event loop running in this thread while it is
+# open, and pytest-asyncio cannot run async tests in later modules until it has stopped.
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
     with sync_playwright() as driver:
         yield driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     if not CHROMIUM.exists():
         pytest.fail(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
