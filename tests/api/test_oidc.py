@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
@@ -147,3 +148,20 @@ def test_roles_claim_grants_operator(settings: Settings) -> None:
         odd = RSA_KEY.sign({**oidc_claims("op"), "roles": "operator"})
         assert client.get("/v1/admin/flags", headers=bearer(operator)).status_code == 200
         assert client.get("/v1/admin/flags", headers=bearer(odd)).status_code == 403
+
+
+async def test_jwks_fetch_does_not_block_the_event_loop(
+    jwks: JwksServer, settings: Settings
+) -> None:
+    """While a JWKS fetch hangs, the server keeps answering other requests: the fetch runs in a
+    worker thread, off the event loop."""
+    jwks.hold = True
+    token = RSA_KEY.sign(oidc_claims("alice"))
+    with served(settings) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            pending = asyncio.ensure_future(client.get("/v1/memory", headers=bearer(token)))
+            assert await asyncio.to_thread(jwks.requested.wait, 30)
+            assert (await client.get("/healthz")).status_code == 200
+            assert not pending.done()
+            jwks.release.set()
+            assert (await pending).status_code == 200

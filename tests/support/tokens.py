@@ -141,10 +141,17 @@ class JwksServer:
         self._lock = threading.Lock()
         self.fetches = 0
         self.available = True
+        # Set `hold` to make fetches wait for `release`; `requested` is set when one arrives.
+        self.hold = False
+        self.requested = threading.Event()
+        self.release = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                server.requested.set()
+                if server.hold:
+                    server.release.wait(timeout=30)
                 with server._lock:
                     server.fetches += 1
                     body = json.dumps({"keys": [key.public_jwk() for key in server._keys]})
