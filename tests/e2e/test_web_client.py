@@ -20,6 +20,7 @@ from app.main import create_app
 from tests.e2e.conftest import e2e_settings, memory_of, screenshot, sqlite_file
 from tests.support.scripted import HttpError, ScriptedModel, Text, memory_call
 from tests.support.server import live_server
+from tests.support.tokens import OIDC_AUDIENCE, OIDC_ISSUER, JwksServer, SigningKey, oidc_claims
 
 pytestmark = pytest.mark.browser
 
@@ -417,3 +418,34 @@ def test_a_failed_turn_is_shown_plainly_and_saves_nothing(
         )
         assert memory_of(base, token)["user"]["entries"] == []
         screenshot(page, "14-failed-turn")
+
+
+def test_oidc_mode_signs_in_with_a_pasted_token(
+    tmp_path: Path, page: Page, page_errors: list[str]
+) -> None:
+    """In oidc mode the page asks for a token (no name field); a bad token is refused plainly."""
+    key = SigningKey.rsa("e2e-key")
+    with JwksServer([key]).running() as jwks:
+        settings = e2e_settings(
+            sqlite_file(tmp_path),
+            auth_mode="oidc",
+            auth_dev_secret=None,
+            auth_jwks_url=jwks.url,
+            auth_issuer=OIDC_ISSUER,
+            auth_audience=OIDC_AUDIENCE,
+        )
+        with live_server(create_app(settings)) as base:
+            page.goto(base)
+            expect(page.get_by_label("Access token")).to_be_focused()
+            expect(page.get_by_label("Your name")).to_be_hidden()
+            screenshot(page, "15-oidc-sign-in")
+
+            page.get_by_label("Access token").fill("not-a-token")
+            page.get_by_role("button", name="Use this token").click()
+            expect(page.locator("#sign-in-error")).to_contain_text("This token was not accepted")
+
+            page.get_by_label("Access token").fill(key.sign(oidc_claims("oidc-user")))
+            page.get_by_role("button", name="Use this token").click()
+            expect(page.locator("#account-name")).to_have_text("oidc-user")
+            expect(send(page, REMEMBER)).to_have_attribute("data-state", "done")
+            expect(user_entries(page)).to_have_text([SAVED_ENTRY])
