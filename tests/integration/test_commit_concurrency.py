@@ -70,11 +70,14 @@ class RecordingSleep:
 # -- concurrent writers -----------------------------------------------------------------------
 
 
-def test_eight_threads_writing_one_user_keep_every_fact(engine: Engine) -> None:
-    """Eight simultaneous commits for one user, each on its own connection, all survive:
-    the locked reload and replay prevent lost updates."""
+@pytest.mark.parametrize("seeded", [True, False], ids=["existing-user", "new-user"])
+def test_eight_threads_writing_one_user_keep_every_fact(engine: Engine, seeded: bool) -> None:
+    """Eight simultaneous commits for one user, each on its own connection, all survive, for
+    a user with rows and for one with none yet: the locked reload and replay (and the retry
+    of the first-insert race) prevent lost updates."""
     service = MemoryService(engine)
-    service.commit_operations("alice", add("user", "Seed fact."))
+    if seeded:
+        service.commit_operations("alice", add("user", "Seed fact."))
     facts = [f"Concurrent fact number {index}." for index in range(8)]
     results = run_threads(
         [
@@ -83,7 +86,7 @@ def test_eight_threads_writing_one_user_keep_every_fact(engine: Engine) -> None:
         ]
     )
     assert sorted(entries(engine, "alice", "memory")) == sorted(facts)
-    assert entries(engine, "alice", "user") == ["Seed fact."]
+    assert entries(engine, "alice", "user") == (["Seed fact."] if seeded else [])
     assert all(result.snapshot.memory[-1] in facts for result in results)
 
 
