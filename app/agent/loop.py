@@ -3,6 +3,14 @@ stage tool calls on the ledger, commit after the final output, and end with `don
 
 Decisions live in `steps.py`, tool behaviour in `tools.py`, model access in `llm.py`; this module
 only sequences them and owns the failure paths (the design's "One turn", steps 1-6).
+
+Fallback model (LLM_FALLBACK_MODEL, a model name on the same endpoint): when a model round fails
+(the request is refused or errors, or the stream breaks or ends without a finish reason), the
+fallback model re-runs that same round, with the same messages, and answers the rest of the turn,
+only if all of these hold: a fallback is configured and is not already the one answering, no
+memory operation has been staged in this turn, and no answer text has been streamed to the client
+yet. Otherwise the turn ends with `error` and nothing is committed. A timeout or a disconnect never
+triggers the fallback.
 """
 
 from __future__ import annotations
