@@ -149,3 +149,14 @@ def test_unauthenticated_chat_is_refused(db: Engine, sqlite_url: str) -> None:
         response = httpx.post(url + "/v1/chat", json={"message": "hi"})
     assert response.status_code == 401 and "Bearer" in response.headers["www-authenticate"]
     model.assert_done()
+
+
+def test_a_truncated_answer_finishes_with_length(db: Engine, sqlite_url: str) -> None:
+    """The model stops at its token limit: the turn still commits (nothing staged) and ends
+    with done(length)."""
+    model = ScriptedModel([Text("This answer was cut", finish_reason="length")])
+    with serve_with_model(api_settings(sqlite_url), model) as url:
+        _, events = post_chat(url, dev_auth("alice"), {"message": "hi"})
+    assert without_deltas(events) == ["start", "delta", "memory", "done"]
+    assert events[-1].data == {"finish_reason": "length"}
+    model.assert_done()
