@@ -70,6 +70,7 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     log_format: Literal["json", "console"] = "json"
     telemetry_capture_content: bool = False
+    telemetry_hash_key: SecretStr | None = None
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -86,7 +87,7 @@ class Settings(BaseSettings):
 
     @field_validator("llm_base_url", "auth_jwks_url", "auth_issuer", "auth_audience",
                      "llm_fallback_model", "auth_dev_secret", "llm_api_key", "eval_api_key",
-                     "llm_max_tokens", mode="before")
+                     "llm_max_tokens", "telemetry_hash_key", mode="before")
     @classmethod
     def _blank_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

@@ -6,6 +6,7 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import AppError
@@ -43,6 +44,12 @@ def _validation_code(error: RequestValidationError) -> str:
     return "invalid_json" if "json_invalid" in kinds else "invalid_request"
 
 
+def _route(request: Request) -> str | None:
+    """The route template (`/v1/conversations/{conversation_id}`), never the raw path."""
+    route = request.scope.get("route")
+    return getattr(route, "path", None)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def _app_error(_request: Request, error: AppError) -> JSONResponse:
@@ -58,8 +65,17 @@ def install(app: FastAPI) -> None:
         headers = dict(error.headers) if error.headers else None
         return error_response(error.status_code, code, str(error.detail), headers)
 
+    @app.exception_handler(SQLAlchemyError)
+    async def _database(request: Request, error: SQLAlchemyError) -> JSONResponse:
+        # A database outage is the server's temporary state, not a bug in the request: 503,
+        # so clients and load balancers retry instead of reporting a crash.
+        logger.warning("request.database_error", error=type(error).__name__, route=_route(request))
+        return error_response(
+            503, "database_unavailable", "The database is unavailable; retry shortly."
+        )
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, error: Exception) -> JSONResponse:
         # Starlette re-raises after this response, so the traceback still reaches the server log.
-        logger.error("request.failed", error=type(error).__name__, path=request.url.path)
+        logger.error("request.failed", error=type(error).__name__, route=_route(request))
         return error_response(500, "internal_error", "An unexpected error occurred.")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 from sse_starlette import EventSourceResponse
@@ -164,13 +165,16 @@ async def ui_chunks(events: AsyncIterator[TurnEvent]) -> AsyncIterator[Chunk]:
         yield chunk
 
 
-async def _body(events: AsyncIterator[TurnEvent]) -> AsyncIterator[bytes]:
-    async for chunk in ui_chunks(events):
-        yield sse_data(json.dumps(chunk, ensure_ascii=False, separators=(",", ":")))
+async def _body(events: AsyncGenerator[TurnEvent, None]) -> AsyncIterator[bytes]:
+    # Closing this generator (a disconnect, even mid-send) closes the turn's stream at once,
+    # which cancels the turn, rather than leaving it to the garbage collector.
+    async with contextlib.aclosing(events) as stream:
+        async for chunk in ui_chunks(stream):
+            yield sse_data(json.dumps(chunk, ensure_ascii=False, separators=(",", ":")))
     yield sse_data("[DONE]")
 
 
-def ui_message_response(events: AsyncIterator[TurnEvent]) -> EventSourceResponse:
+def ui_message_response(events: AsyncGenerator[TurnEvent, None]) -> EventSourceResponse:
     """The turn as a UI message stream. A disconnect cancels `events` (sse-starlette listens for
     it on every ASGI version), so the turn's own cancellation path discards its staged memory."""
     return EventSourceResponse(_body(events), headers=HEADERS, sep="\n")

@@ -203,6 +203,6 @@ def configure_logging(settings: Settings) -> None:
 def _hash_key(settings: Settings) -> str | None:
     """The subject-hash key: TELEMETRY_HASH_KEY if the settings have one, else the dev secret;
     otherwise a per-process random key (hashes then differ between replicas and restarts)."""
-    configured = getattr(settings, "telemetry_hash_key", None)
+    configured = settings.telemetry_hash_key
     secret = configured if configured is not None else settings.auth_dev_secret
     return secret.get_secret_value() if secret is not None else None

@@ -228,3 +228,13 @@ def test_env_example_lists_every_setting_with_its_default() -> None:
     from_example = Settings(_env_file=REPO / ".env.example")  # type: ignore[call-arg]
     assert from_example.model_dump() == Settings(_env_file=None).model_dump()  # type: ignore[call-arg]
     assert Settings.model_fields["max_message_chars"].default == 32_000
+
+
+def test_a_database_outage_is_a_503_not_a_crash(tmp_path: Path) -> None:
+    """Invariant: when the database cannot answer, routes answer 503 with the error body, never 500."""
+    empty = tmp_path / "not-migrated.db"
+    settings = api_settings(f"sqlite:///{empty}")
+    with app_client(settings) as client:
+        response = client.get("/v1/conversations", headers=dev_auth("alice"))
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "database_unavailable"
