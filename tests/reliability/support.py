@@ -24,7 +24,6 @@ from sqlalchemy.engine import make_url
 
 from app.memory.rules import Snapshot
 from app.memory.service import MemoryService
-from tests.support.databases import PG_ADMIN_URL
 from tests.support.server import free_port
 from tests.support.sse import aiter_events
 from tests.support.tokens import TEST_DEV_SECRET
@@ -136,7 +135,8 @@ class AppRole:
 
     def execute(self, statement: str, **parameters: Any) -> Any:
         with self.admin.connect() as connection:
-            return connection.execute(text(statement), parameters).all()
+            result = connection.execute(text(statement), parameters)
+            return result.all() if result.returns_rows else []
 
     def terminate_backends(self, *, spare_commits: bool = False) -> int:
         """pg_terminate_backend on the role's connections to the database; returns how many.
@@ -157,22 +157,22 @@ class AppRole:
 
 @contextmanager
 def app_role(database_url: str) -> Iterator[AppRole]:
-    """Create a login role with DML rights on the (migrated) database; drop it afterwards."""
+    """Create a login role with DML rights on the (migrated) database; drop it afterwards.
+
+    `AppRole.execute` runs as superuser on that same database (GRANT/REVOKE act there, and a
+    superuser still connects while the database refuses the role).
+    """
     parsed = make_url(database_url)
     database = parsed.database or ""
     name = f"amt_role_{uuid.uuid4().hex[:10]}"
-    # Superuser connections to the private database itself (for GRANTs) and to the admin one.
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    owner = create_engine(database_url, isolation_level="AUTOCOMMIT")
+    admin = create_engine(database_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
         connection.execute(text(f'CREATE ROLE "{name}" LOGIN'))
-    with owner.connect() as connection:
         connection.execute(text(f'GRANT CONNECT ON DATABASE "{database}" TO "{name}"'))
         connection.execute(text(f'GRANT USAGE ON SCHEMA public TO "{name}"'))
         connection.execute(text(
             f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{name}"'))
         connection.execute(text(f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "{name}"'))
-    owner.dispose()
     url = parsed.set(username=name, password=None).render_as_string(hide_password=False)
     role = AppRole(name=name, database=database, url=url, admin=admin)
     try:
@@ -184,11 +184,7 @@ def app_role(database_url: str) -> Iterator[AppRole]:
                 text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = :r"),
                 {"r": name},
             )
-        cleanup = create_engine(database_url, isolation_level="AUTOCOMMIT")
-        with cleanup.connect() as connection:
             connection.execute(text(f'DROP OWNED BY "{name}"'))
-        cleanup.dispose()
-        with admin.connect() as connection:
             connection.execute(text(f'DROP ROLE IF EXISTS "{name}"'))
         admin.dispose()
 

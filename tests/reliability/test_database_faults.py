@@ -1,0 +1,270 @@
+"""Database faults on PostgreSQL: connections killed mid-transaction, the database refusing
+connections during a run, privileges revoked on `agent_memory`.
+
+The service connects as an ordinary login role (`support.app_role`), so the harness, as
+superuser, can take the database away from it and give it back without stopping the shared
+server. Every fault must leave turns answering (status `unavailable` where memory could not be
+read), commit no partial batch, and heal without a restart once the database is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from sqlalchemy import Engine, insert
+
+from app.db.schema import agent_memory
+from app.main import create_app
+from tests.reliability.models import PairModelTransport, pair_entries, pair_message
+from tests.reliability.support import AppRole, TurnOutcome, app_role, run_turn, stored, wait_for
+from tests.support.apps import api_settings
+from tests.support.databases import migrated_engine, postgres_database, wipe
+from tests.support.server import live_server
+from tests.support.tokens import dev_auth
+
+pytestmark = pytest.mark.postgres
+
+
+@dataclass
+class Faulty:
+    url: str  # the service
+    role: AppRole
+    engine: Engine  # superuser engine on the private database, to read what was stored
+
+
+@pytest.fixture(scope="module")
+def faulty() -> Iterator[Faulty]:
+    with postgres_database() as database_url:
+        engine = migrated_engine(database_url)
+        with app_role(database_url) as role:
+            settings = api_settings(role.url, log_level="ERROR", turn_timeout_seconds=60)
+            app = create_app(settings, model_transport=PairModelTransport())
+            with live_server(app) as url:
+                yield Faulty(url, role, engine)
+        engine.dispose()
+
+
+@pytest.fixture
+def service(faulty: Faulty) -> Iterator[Faulty]:
+    wipe(faulty.engine)
+    yield faulty
+    # Whatever a test broke is restored, so the next one starts from a healthy database.
+    faulty.role.execute(f'ALTER DATABASE "{faulty.role.database}" CONNECTION LIMIT -1')
+    faulty.role.execute(
+        f'GRANT SELECT, INSERT, UPDATE, DELETE ON agent_memory TO "{faulty.role.name}"')
+
+
+def pair_turn(url: str, user: str, key: str) -> TurnOutcome:
+    async def go() -> TurnOutcome:
+        async with httpx.AsyncClient(timeout=60) as client:
+            return await run_turn(client, url, dev_auth(user), pair_message(key))
+
+    return asyncio.run(go())
+
+
+def pair_stored(engine: Engine, user: str, key: str) -> bool:
+    """Whether the pair is stored, failing on half a pair (a partial commit)."""
+    user_entry, memory_entry = pair_entries(key)
+    snapshot = stored(engine, user)
+    has_user, has_memory = user_entry in snapshot.user, memory_entry in snapshot.memory
+    assert has_user == has_memory, f"partial commit of pair {key}: {snapshot}"
+    return has_user
+
+
+def assert_recovered(service: Faulty, user: str, key: str) -> None:
+    """Without a restart: ready again, and a new turn reads memory and commits."""
+    wait_for(lambda: httpx.get(f"{service.url}/readyz", timeout=10).status_code == 200,
+             "readiness after the fault was removed")
+    outcome = pair_turn(service.url, user, key)
+    assert outcome.memory_status == "available" and outcome.committed, outcome
+    assert pair_stored(service.engine, user, key)
+
+
+async def api_pair(client: httpx.AsyncClient, url: str, user: str, key: str) -> int:
+    user_entry, memory_entry = pair_entries(key)
+    response = await client.post(
+        f"{url}/v1/memory/operations", headers=dev_auth(user),
+        json={"operations": [{"target": "user", "action": "add", "content": user_entry},
+                             {"target": "memory", "action": "add", "content": memory_entry}]},
+    )
+    return response.status_code
+
+
+def test_killed_connections_fail_turns_cleanly_and_commit_no_partial_batch(
+    service: Faulty,
+) -> None:
+    """pg_terminate_backend hits the service's connections again and again while turns and API
+    writes run: every turn still answers, every API write is 200 or 503, a batch is stored
+    exactly when its response said it was committed, and the service heals by itself."""
+    kills = 0
+    stop = threading.Event()
+
+    def killer() -> None:
+        nonlocal kills
+        while not stop.is_set():
+            kills += service.role.terminate_backends(spare_commits=True)
+            stop.wait(0.015)  # pacing of the fault injection, not a wait on an outcome
+
+    turns: dict[str, tuple[str, TurnOutcome]] = {}
+    writes: dict[str, tuple[str, int]] = {}
+
+    async def load() -> None:
+        gate = asyncio.Semaphore(8)
+        async with httpx.AsyncClient(timeout=60) as client:
+            async def turn(n: int) -> None:
+                user, key = f"kill-{n % 6}", f"kt{n}"
+                async with gate:
+                    turns[key] = (user, await run_turn(client, service.url, dev_auth(user),
+                                                       pair_message(key)))
+
+            async def write(n: int) -> None:
+                user, key = f"kill-{n % 6}", f"kw{n}"
+                async with gate:
+                    writes[key] = (user, await api_pair(client, service.url, user, key))
+
+            async with asyncio.TaskGroup() as tg:
+                for n in range(60):
+                    tg.create_task(turn(n))
+                    tg.create_task(write(n))
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        asyncio.run(load())
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+    seen: Counter[str] = Counter()
+    for key, (user, outcome) in turns.items():
+        assert outcome.answered, (key, outcome)
+        assert outcome.error is None, (key, outcome)
+        assert outcome.memory in ("committed", "failed", "none"), (key, outcome)
+        assert pair_stored(service.engine, user, key) == outcome.committed, (key, outcome)
+        seen[f"turn:{outcome.memory_status}:{outcome.memory}"] += 1
+    for key, (user, status) in writes.items():
+        assert status in (200, 503), (key, status)
+        assert pair_stored(service.engine, user, key) == (status == 200), (key, status)
+        seen[f"api:{status}"] += 1
+    print(f"\nkilled connections: {kills}; outcomes: {dict(sorted(seen.items()))}")
+    assert kills > 0
+    assert_recovered(service, "kill-0", "kill-after")
+
+
+def test_a_database_that_refuses_connections_mid_run_degrades_turns_and_heals(
+    service: Faulty,
+) -> None:
+    """While turns run, the database starts refusing the service (CONNECTION LIMIT 0 and its
+    sessions terminated), then accepts it again. Turns keep answering throughout, with status
+    `unavailable` and nothing saved while memory cannot be read; the memory API and readiness
+    answer 503 meanwhile; afterwards turns read and commit again without a restart."""
+    role = service.role
+    finished = 0
+    outcomes: dict[str, tuple[str, TurnOutcome]] = {}
+    outage = {"down": 0, "up": 0}
+
+    async def run() -> None:
+        nonlocal finished
+        gate = asyncio.Semaphore(4)
+        down_at, up_at = asyncio.Event(), asyncio.Event()
+
+        async def turn(client: httpx.AsyncClient, n: int) -> None:
+            nonlocal finished
+            user, key = f"down-{n % 4}", f"dt{n}"
+            async with gate:
+                outcomes[key] = (user, await run_turn(client, service.url, dev_auth(user),
+                                                      pair_message(key)))
+            finished += 1
+            if finished == 15:
+                down_at.set()
+            if finished == 40:
+                up_at.set()
+
+        async def controller(client: httpx.AsyncClient) -> None:
+            await down_at.wait()
+            await asyncio.to_thread(
+                role.execute, f'ALTER DATABASE "{role.database}" CONNECTION LIMIT 0')
+            await asyncio.to_thread(role.terminate_backends)
+            outage["down"] = finished
+            # During the outage the memory API and readiness say so.
+            assert (await client.get(f"{service.url}/v1/memory",
+                                     headers=dev_auth("down-0"))).status_code == 503
+            assert (await api_pair(client, service.url, "down-0", "down-api")) == 503
+            assert (await client.get(f"{service.url}/readyz")).status_code == 503
+            await up_at.wait()
+            await asyncio.to_thread(
+                role.execute, f'ALTER DATABASE "{role.database}" CONNECTION LIMIT -1')
+            outage["up"] = finished
+
+        async with httpx.AsyncClient(timeout=60) as client, asyncio.TaskGroup() as tg:
+            tg.create_task(controller(client))
+            for n in range(60):
+                tg.create_task(turn(client, n))
+
+    asyncio.run(run())
+
+    seen: Counter[str] = Counter()
+    for key, (user, outcome) in outcomes.items():
+        assert outcome.answered and outcome.error is None, (key, outcome)
+        if outcome.memory_status == "unavailable":
+            # Fail open for the answer, closed for writes: the tool said so, nothing committed.
+            assert outcome.tool == "unavailable" and outcome.memory == "none", (key, outcome)
+        assert pair_stored(service.engine, user, key) == outcome.committed, (key, outcome)
+        seen[f"{outcome.memory_status}:{outcome.memory}"] += 1
+    assert not pair_stored(service.engine, "down-0", "down-api")
+    print(f"\noutage between turns {outage['down']} and {outage['up']}: {dict(seen)}")
+    assert seen["unavailable:none"] > 0, "no turn ran while the database was down"
+    assert_recovered(service, "down-0", "down-after")
+
+
+def test_an_unreadable_table_degrades_turns_and_a_failing_write_commits_nothing(
+    service: Faulty,
+) -> None:
+    """SELECT revoked on agent_memory: turns answer with status `unavailable` and save nothing,
+    the memory API answers 503. INSERT revoked while the user's `user` row exists and the
+    `memory` row does not: the batch's first write (an UPDATE) succeeds inside the transaction,
+    the second (an INSERT) fails, and the whole batch rolls back. GRANT back: turns commit."""
+    role = service.role
+    with service.engine.begin() as connection:
+        connection.execute(insert(agent_memory).values(
+            user_id="locked", memory_type="user", content="The user likes maps."))
+
+    role.execute(f'REVOKE SELECT ON agent_memory FROM "{role.name}"')
+    outcome = pair_turn(service.url, "locked", "unreadable")
+    assert outcome.answered and outcome.memory_status == "unavailable", outcome
+    assert outcome.tool == "unavailable" and outcome.memory == "none", outcome
+    assert httpx.get(f"{service.url}/v1/memory", headers=dev_auth("locked")).status_code == 503
+    role.execute(f'GRANT SELECT ON agent_memory TO "{role.name}"')
+
+    role.execute(f'REVOKE INSERT ON agent_memory FROM "{role.name}"')
+    outcome = pair_turn(service.url, "locked", "half")
+    assert outcome.answered and outcome.memory_status == "available", outcome
+    assert outcome.tool == "staged" and outcome.memory == "failed", outcome
+    status = asyncio.run(_api_pair_once(service.url, "locked", "half-api"))
+    assert status == 503
+    snapshot = stored(service.engine, "locked")
+    assert snapshot.user == ("The user likes maps.",) and snapshot.memory == (), snapshot
+    role.execute(f'GRANT INSERT ON agent_memory TO "{role.name}"')
+
+    assert_recovered(service, "locked", "readable")
+    assert stored(service.engine, "locked").user[0] == "The user likes maps."
+
+
+async def _api_pair_once(url: str, user: str, key: str) -> int:
+    async with httpx.AsyncClient(timeout=30) as client:
+        return await api_pair(client, url, user, key)
+
+
+def test_the_superuser_engine_is_not_the_service_role(service: Faulty) -> None:
+    """Guard for the suite itself: the faults above bind only because the service connects as
+    an ordinary role, not as the superuser the harness uses."""
+    rows = service.role.execute("SELECT rolsuper FROM pg_roles WHERE rolname = :r",
+                                r=service.role.name)
+    assert rows == [(False,)]
+    assert httpx.get(f"{service.url}/readyz", timeout=10).status_code == 200
