@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, StrictBool
 
 from app.api.deps import Operator, RuntimeDep
+from app.api.errors import BODY_ERRORS, error_responses
 from app.errors import NotFound
 from app.memory.flags import KNOWN_FLAGS, FlagState
 
@@ -35,13 +36,16 @@ def _view(state: FlagState) -> FlagView:
     )
 
 
-@router.get("/flags", response_model=FlagsView)
+@router.get("/flags", response_model=FlagsView, responses=error_responses(401, 403, 503))
 async def list_flags(_operator: Operator, runtime: RuntimeDep) -> FlagsView:
     states = [await runtime.flags.get(name) for name in KNOWN_FLAGS]
     return FlagsView(flags={state.name: _view(state) for state in states})
 
 
-@router.put("/flags/{name}", response_model=FlagView)
+@router.put(
+    "/flags/{name}", response_model=FlagView,
+    responses=error_responses(*BODY_ERRORS, 401, 403, 404, 503),
+)
 async def set_flag(
     name: str, body: FlagUpdate, operator: Operator, runtime: RuntimeDep
 ) -> FlagView:

@@ -13,6 +13,7 @@ from app.agent.events import TurnEvent
 from app.agent.loop import HistoryMessage, Turn, TurnRequest, TurnServices, stream_turn
 from app.api import ui_stream
 from app.api.deps import CurrentUser, RuntimeDep
+from app.api.errors import BODY_ERRORS, error_responses
 from app.api.sse import event_stream_response
 from app.errors import NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
 from app.runtime import Runtime
@@ -86,6 +87,24 @@ async def load_history(
     )
 
 
+# The 200 answer is a stream of server-sent events (or the AI SDK UI message stream).
+EVENT_STREAM: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The turn's events: start, delta, tool, memory, then done or error",
+        "content": {"text/event-stream": {"schema": {
+            # One server-sent event (OpenAPI 3.1 reads `schema` as the schema of each event).
+            "type": "object",
+            "required": ["data"],
+            "properties": {
+                "event": {"enum": ["start", "delta", "tool", "memory", "done", "error"]},
+                "data": {"type": "string", "contentMediaType": "application/json"},
+                "id": {"type": "string"},
+                "retry": {"type": "integer"},
+            },
+        }}},
+    }
+}
+
 ChatPayload = Annotated[
     dict[str, Any],
     Body(
@@ -96,7 +115,11 @@ ChatPayload = Annotated[
 ]
 
 
-@router.post("/v1/chat", summary="One chat turn, streamed (text/event-stream)")
+@router.post(
+    "/v1/chat",
+    summary="One chat turn, streamed (text/event-stream)",
+    responses={**EVENT_STREAM, **error_responses(*BODY_ERRORS, 401, 404, 503)},
+)
 async def chat(
     request: Request, user: CurrentUser, runtime: RuntimeDep, payload: ChatPayload
 ) -> Response:

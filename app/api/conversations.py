@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from app.api.deps import CurrentUser, RuntimeDep
+from app.api.errors import error_responses
 from app.conversations.repository import Conversation
 from app.errors import NotFound
 
@@ -23,13 +24,21 @@ def _summary(conversation: Conversation) -> dict[str, Any]:
     }
 
 
-@router.get("/v1/conversations", summary="The caller's conversations, newest first")
+@router.get(
+    "/v1/conversations",
+    summary="The caller's conversations, newest first",
+    responses=error_responses(401, 503),
+)
 async def list_conversations(user: CurrentUser, runtime: RuntimeDep) -> dict[str, Any]:
     conversations = await runtime.conversations.list_for(user.subject)
     return {"conversations": [_summary(conversation) for conversation in conversations]}
 
 
-@router.get("/v1/conversations/{conversation_id}", summary="One conversation with its messages")
+@router.get(
+    "/v1/conversations/{conversation_id}",
+    summary="One conversation with its messages",
+    responses=error_responses(401, 404, 503),
+)
 async def read_conversation(
     conversation_id: str, user: CurrentUser, runtime: RuntimeDep
 ) -> dict[str, Any]:
@@ -53,7 +62,8 @@ async def read_conversation(
 
 
 @router.delete(
-    "/v1/conversations/{conversation_id}", status_code=204, summary="Delete one conversation"
+    "/v1/conversations/{conversation_id}", status_code=204, summary="Delete one conversation",
+    responses=error_responses(401, 404, 503),
 )
 async def delete_conversation(
     conversation_id: str, user: CurrentUser, runtime: RuntimeDep

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from app.api.auth import MAX_SUBJECT_CHARS
 from app.api.deps import RuntimeDep
+from app.api.errors import BODY_ERRORS, error_responses
 from app.errors import NotFound
 
 router = APIRouter(tags=["dev"])
@@ -30,7 +31,10 @@ class TokenResponse(BaseModel):
     expires_in: int
 
 
-@router.post("/dev/token", response_model=TokenResponse)
+@router.post(
+    "/dev/token", response_model=TokenResponse,
+    responses=error_responses(*BODY_ERRORS, 404),
+)
 async def issue_dev_token(body: DevTokenRequest, runtime: RuntimeDep) -> TokenResponse:
     if runtime.dev_tokens is None:
         raise NotFound("Not Found")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -79,3 +82,39 @@ def install(app: FastAPI) -> None:
         # Starlette re-raises after this response, so the traceback still reaches the server log.
         logger.error("request.failed", error=type(error).__name__, route=_route(request))
         return error_response(500, "internal_error", "An unexpected error occurred.")
+
+
+# -- OpenAPI: every error a route can answer is declared, with the one error body -------------
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+_ERROR_DESCRIPTIONS = {
+    400: "The body cannot be decoded (bad_request)",
+    401: "Missing or invalid credentials",
+    403: "The token lacks the role this route needs (forbidden)",
+    404: "No such resource for this caller (not_found)",
+    409: "The memory feature is off (memory_disabled)",
+    413: "The request body or message is too large (payload_too_large)",
+    422: "The request breaks the contract; nothing changed",
+    503: "The database is unavailable; retry shortly",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a route: each status with the `{"error": {"code", "message"}}` body."""
+    return {
+        status: {"model": ErrorBody, "description": _ERROR_DESCRIPTIONS[status]}
+        for status in statuses
+    }
+
+
+# Statuses any route that reads a JSON body can answer (middleware and body parsing).
+BODY_ERRORS = (400, 413, 422)

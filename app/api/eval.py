@@ -9,8 +9,9 @@ from fastapi import APIRouter, Depends, Header, Request
 from starlette.responses import Response
 
 from app.agent.loop import Turn, TurnRequest, TurnServices, stream_turn
-from app.api.chat import ChatPayload, check_message, read_request, respond
+from app.api.chat import EVENT_STREAM, ChatPayload, check_message, read_request, respond
 from app.api.deps import RuntimeDep, SettingsDep
+from app.api.errors import BODY_ERRORS, error_responses
 from app.errors import AppError, NotFound, Unprocessable
 
 router = APIRouter(tags=["evaluation"])
@@ -38,6 +39,7 @@ async def require_eval_key(
     "/v1/eval/chat",
     summary="One memory-free turn for evaluators, streamed (text/event-stream)",
     dependencies=[Depends(require_eval_key)],
+    responses={**EVENT_STREAM, **error_responses(*BODY_ERRORS, 401, 404)},
 )
 async def eval_chat(request: Request, runtime: RuntimeDep, payload: ChatPayload) -> Response:
     message, conversation_id, ai_sdk = read_request(request, payload)

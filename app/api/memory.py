@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import MemoryScope, RuntimeDep
+from app.api.errors import BODY_ERRORS, ErrorBody, error_responses
 from app.errors import Conflict, ServiceUnavailable, Unprocessable
 from app.memory.render import document
 from app.memory.repository import CommitCancelledError
@@ -61,15 +62,6 @@ class MemoryState(BaseModel):
     schema_version: int
     user: MemoryDocument
     memory: MemoryDocument
-
-
-class ErrorDetail(BaseModel):
-    code: str
-    message: str
-
-
-class ErrorBody(BaseModel):
-    error: ErrorDetail
 
 
 def _inline_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -137,6 +129,7 @@ async def read_memory(scope: MemoryScope, runtime: RuntimeDep) -> MemoryState:
     openapi_extra=_OPERATIONS_REQUEST,
     responses={
         **_ERRORS,
+        **error_responses(*BODY_ERRORS),
         409: {"model": ErrorBody, "description": "The memory feature is off (memory_disabled)"},
         422: {"model": ErrorBody, "description": "The batch breaks a rule; nothing changed"},
     },
