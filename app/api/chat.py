@@ -45,6 +45,10 @@ def check_message(message: str, settings: Settings) -> None:
     """1..MAX_MESSAGE_CHARS characters of text, checked before anything is read or written."""
     if not message.strip():
         raise Unprocessable("message must contain text.")
+    try:
+        message.encode("utf-8")
+    except UnicodeEncodeError:  # an unpaired surrogate, valid in JSON as "\ud800"
+        raise Unprocessable("message must be valid Unicode text.") from None
     if len(message) > settings.max_message_chars:
         raise PayloadTooLarge(
             f"message holds {len(message):,} characters; at most "

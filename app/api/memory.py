@@ -141,7 +141,8 @@ async def apply_memory_operations(
         raise Conflict("Memory writes are switched off.", code="memory_disabled")
     try:
         payload = json.loads(await request.body())
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        # RecursionError: JSON nested deeper than the parser's recursion limit.
         raise Unprocessable("The request body is not valid JSON.", code="invalid_json") from None
     try:
         operations = parse_operations(payload)

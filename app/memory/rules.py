@@ -116,7 +116,8 @@ def _reject_delimiter(entry: str) -> None:
 
 def _reject_control_characters(entry: str) -> None:
     for char in entry:
-        if char != "\n" and unicodedata.category(char) == "Cc":
+        # "Cs": an unpaired surrogate (valid in JSON as "\ud800") cannot be stored as UTF-8.
+        if char != "\n" and unicodedata.category(char) in ("Cc", "Cs"):
             raise MemoryValidationError(
                 f"The entry contains a control character (U+{ord(char):04X}); "
                 "only plain text and newlines are allowed.",
