@@ -81,15 +81,18 @@ class MemoryService:
     def _commit_once(
         self, user_id: str, batches: Batches, should_cancel: CancelCheck
     ) -> tuple[Snapshot, tuple[Target, ...]]:
-        with self._write_connection() as connection, writer_queue(connection, user_id):
-            with connection.begin():
-                check_cancel(should_cancel, "before the query")
-                current = repository.load_snapshot(connection, user_id, lock=True)
-                register_memory(current)
-                updated = replay(current, batches)
-                check_cancel(should_cancel, "before persistence")
-                changed = repository.persist_changed_rows(connection, user_id, current, updated)
-                check_cancel(should_cancel, "before the transaction ended")
+        with (
+            self._write_connection() as connection,
+            writer_queue(connection, user_id),
+            connection.begin(),
+        ):
+            check_cancel(should_cancel, "before the query")
+            current = repository.load_snapshot(connection, user_id, lock=True)
+            register_memory(current)
+            updated = replay(current, batches)
+            check_cancel(should_cancel, "before persistence")
+            changed = repository.persist_changed_rows(connection, user_id, current, updated)
+            check_cancel(should_cancel, "before the transaction ended")
         return updated, tuple(changed)
 
     def commit_operations(

@@ -231,7 +231,7 @@ def test_env_example_lists_every_setting_with_its_default() -> None:
 
 
 def test_a_database_outage_is_a_503_not_a_crash(tmp_path: Path) -> None:
-    """Invariant: when the database cannot answer, routes answer 503 with the error body, never 500."""
+    """Invariant: a database that cannot answer is a 503 with the error body, never a 500."""
     empty = tmp_path / "not-migrated.db"
     settings = api_settings(f"sqlite:///{empty}")
     with app_client(settings) as client:

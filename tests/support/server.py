@@ -23,7 +23,12 @@ def live_server(app: FastAPI, *, port: int | None = None) -> Iterator[str]:
     """Serve `app` in a background thread; yields its base URL; stops it on exit."""
     port = port or free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_config=None, lifespan="on", timeout_graceful_shutdown=5
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_config=None,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
