@@ -1,0 +1,93 @@
+"""Processes for the benchmarks: the offline model served standalone and the service itself."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH_SECRET = "bench-dev-secret-" + "0123456789abcdef" * 3
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def process(args: list[str], url: str, env: dict[str, str], log: Path) -> Iterator[int]:
+    """Start a server process, wait until `url` answers; yields its pid; stops it on exit."""
+    with log.open("wb") as output:
+        child = subprocess.Popen(args, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                if child.poll() is not None:
+                    raise RuntimeError(f"{args[:4]} exited; see {log}")
+                try:
+                    httpx.get(url, timeout=1)
+                    break
+                except httpx.TransportError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{args[:4]} did not start; see {log}") from None
+                    time.sleep(0.05)
+            yield child.pid
+        finally:
+            child.terminate()
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
+
+@contextmanager
+def offline_model(log_dir: Path, delay_ms: int = 0) -> Iterator[str]:
+    """`scripts/offline_model.py` on a free port; yields its OpenAI base URL (…/v1)."""
+    port = free_port()
+    args = [sys.executable, "scripts/offline_model.py", "--port", str(port),
+            "--delay-ms", str(delay_ms)]
+    with process(args, f"http://127.0.0.1:{port}/v1/models", dict(os.environ),
+                 log_dir / "offline-model.log"):
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+@contextmanager
+def service(database_url: str, log_dir: Path, **settings: str) -> Iterator[tuple[str, int]]:
+    """`uvicorn app.main:app` (one worker) with production-like settings; yields (url, pid)."""
+    port = free_port()
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("LLM_", "AUTH_", "OTEL_", "DATABASE_", "MEMORY_"))}
+    env.update({
+        "DATABASE_URL": database_url,
+        "AUTH_MODE": "dev",
+        "AUTH_DEV_SECRET": BENCH_SECRET,
+        "MEMORY_ENABLED": "true",
+        "LOG_FORMAT": "json",
+        **settings,
+    })
+    args = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
+            "--port", str(port), "--no-access-log"]
+    url = f"http://127.0.0.1:{port}"
+    with process(args, f"{url}/healthz", env, log_dir / "service.log") as pid:
+        yield url, pid
+
+
+def dev_token(sub: str) -> str:
+    import jwt
+
+    from app.api.auth import DEV_AUDIENCE, DEV_ISSUER
+
+    now = int(time.time())
+    claims = {"sub": sub, "iss": DEV_ISSUER, "aud": DEV_AUDIENCE, "iat": now, "nbf": now,
+              "exp": now + 3600}
+    return jwt.encode(claims, BENCH_SECRET, algorithm="HS256")

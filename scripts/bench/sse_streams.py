@@ -1,0 +1,160 @@
+"""How many idle open chat streams one service process holds, and the memory each one costs.
+
+One uvicorn worker on PostgreSQL serves turns from the built-in offline model with the longest
+pause between words (OFFLINE_MODEL_DELAY_MS=5000) and a long answer, so every open stream is a
+live turn that sends a word every five seconds (plus SSE keep-alive pings): idle, but real. The
+client opens streams in steps, waits until each one has streamed its first word, then reads the
+server's resident memory (VmRSS in /proc/<pid>/status).
+
+    .venv/bin/python scripts/bench/sse_streams.py [--steps 100,500,1000,2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from scripts.bench._common import write_results  # noqa: E402
+from scripts.bench._processes import dev_token, service  # noqa: E402
+from tests.support.databases import migrated_engine, postgres_database  # noqa: E402
+from tests.support.sse import aiter_events  # noqa: E402
+
+MESSAGE = "tell me a long story"  # the offline model's long answer
+OPEN_AT_ONCE = 50  # streams being opened concurrently while ramping up
+SETTLE_SECONDS = 3.0
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+class Streams:
+    """Open streams, each read by its own task until the benchmark ends."""
+
+    def __init__(self, client: httpx.AsyncClient, url: str) -> None:
+        self.client, self.url = client, url
+        self.tasks: list[asyncio.Task[None]] = []
+        self.failed = 0
+        self.ended = 0
+        self.tokens = [dev_token(f"bench-streams-{n}") for n in range(50)]
+
+    async def _hold(self, number: int, opened: asyncio.Event) -> None:
+        token = self.tokens[number % len(self.tokens)]
+        try:
+            async with self.client.stream(
+                "POST", f"{self.url}/v1/chat", json={"message": MESSAGE},
+                headers={"Authorization": f"Bearer {token}"},
+            ) as response:
+                if response.status_code != 200:
+                    self.failed += 1
+                    opened.set()
+                    return
+                async for event in aiter_events(response):
+                    if event.event == "delta":
+                        opened.set()
+            self.ended += 1  # a stream that ends before the benchmark does is counted
+        except (httpx.HTTPError, OSError):
+            self.failed += 1
+        finally:
+            opened.set()
+
+    async def open(self, count: int) -> None:
+        gate = asyncio.Semaphore(OPEN_AT_ONCE)
+
+        async def one(number: int) -> None:
+            async with gate:
+                opened = asyncio.Event()
+                self.tasks.append(asyncio.create_task(self._hold(number, opened)))
+                await opened.wait()
+
+        start = len(self.tasks)
+        async with asyncio.TaskGroup() as group:
+            for number in range(start, start + count):
+                group.create_task(one(number))
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    @property
+    def alive(self) -> int:
+        return sum(not task.done() for task in self.tasks)
+
+
+async def ramp(url: str, pid: int, steps: list[int]) -> dict[str, object]:
+    limits = httpx.Limits(max_connections=max(steps) + 10, max_keepalive_connections=0)
+    rows = []
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60, read=None), limits=limits) as client:
+        streams = Streams(client, url)
+        # Baseline after a warm-up turn (agents built, pool connected, code paths imported).
+        await streams.open(5)
+        await streams.close()
+        streams.tasks.clear()
+        await asyncio.sleep(SETTLE_SECONDS)
+        baseline = rss_kib(pid)
+        print(f"baseline RSS {baseline / 1024:.1f} MiB", flush=True)
+        for target in steps:
+            started = time.perf_counter()
+            await streams.open(target - len(streams.tasks))
+            opening = time.perf_counter() - started
+            await asyncio.sleep(SETTLE_SECONDS)
+            rss = rss_kib(pid)
+            row = {
+                "open_streams": streams.alive,
+                "requested": target,
+                "failed": streams.failed,
+                "ended_early": streams.ended,
+                "server_rss_mib": round(rss / 1024, 1),
+                "kib_per_stream": round((rss - baseline) / max(1, streams.alive), 1),
+                "seconds_to_open_step": round(opening, 1),
+            }
+            rows.append(row)
+            print(row, flush=True)
+            if streams.failed:
+                break
+        # A turn still answers promptly while the streams are open.
+        probe_started = time.perf_counter()
+        async with client.stream("POST", f"{url}/v1/chat", json={"message": "hello"},
+                                 headers={"Authorization": f"Bearer {streams.tokens[0]}"}
+                                 ) as response:
+            async for event in aiter_events(response):
+                if event.event == "delta":
+                    break
+        probe_ms = (time.perf_counter() - probe_started) * 1000
+        await streams.close()
+    return {"baseline_rss_mib": round(baseline / 1024, 1), "steps": rows,
+            "first_text_ms_with_all_streams_open": round(probe_ms, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", default="100,500,1000,2000",
+                        help="cumulative numbers of open streams")
+    args = parser.parse_args()
+    steps = [int(step) for step in args.steps.split(",")]
+    with tempfile.TemporaryDirectory() as logs, postgres_database() as database_url:
+        migrated_engine(database_url).dispose()
+        with service(database_url, Path(logs), OFFLINE_MODEL_DELAY_MS="5000",
+                     TURN_TIMEOUT_SECONDS="3600", LOG_LEVEL="WARNING") as (url, pid):
+            figures = asyncio.run(ramp(url, pid, steps))
+    figures["setup"] = ("one uvicorn worker on PostgreSQL, memory on; each stream a live turn "
+                        "of the offline model sending a word every 5 s; client on the same "
+                        "machine")
+    path = write_results("sse_streams", figures)
+    print(f"results written to {path}")
+
+
+if __name__ == "__main__":
+    main()
