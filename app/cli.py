@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from app.settings import Settings, SettingsError, get_settings, load_settings
 
 # `serve` is the embedded, try-it-now mode: memory is on unless the environment says otherwise.
-SERVE_DEFAULTS = {"MEMORY_ENABLED": "true"}
+SERVE_DEFAULTS = {"MEMORY_ENABLED": "true", "LOG_FORMAT": "console"}
 
 
 def _fail(message: str) -> int:
@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="migrate if needed, then serve the API",
         description="Migrate the database if needed, then serve app.main:app with uvicorn. "
         "Defaults: SQLite under ./data, dev auth with a secret kept in ./data/dev-secret, "
-        "the offline model, MEMORY_ENABLED=true unless set.",
+        "the offline model, MEMORY_ENABLED=true and LOG_FORMAT=console unless set.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
