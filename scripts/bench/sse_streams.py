@@ -6,7 +6,7 @@ live turn that sends a word every five seconds (plus SSE keep-alive pings): idle
 client opens streams in steps, waits until each one has streamed its first word, then reads the
 server's resident memory (VmRSS in /proc/<pid>/status).
 
-    .venv/bin/python scripts/bench/sse_streams.py [--steps 100,500,1000,2000]
+    .venv/bin/python scripts/bench/sse_streams.py [--steps 500,1000,2000,3000,4000,5000]
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ async def ramp(url: str, pid: int, steps: list[int]) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", default="100,500,1000,2000",
+    parser.add_argument("--steps", default="500,1000,2000,3000,4000,5000",
                         help="cumulative numbers of open streams")
     args = parser.parse_args()
     steps = [int(step) for step in args.steps.split(",")]
