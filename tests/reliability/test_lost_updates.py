@@ -21,8 +21,8 @@ from tests.support.tokens import dev_auth
 pytestmark = pytest.mark.postgres
 
 USERS = ("lu-a", "lu-b", "lu-c")
-TURN_FACTS = 16  # per user, through POST /v1/chat ("remember that ...")
-API_FACTS = 12  # per user, through POST /v1/memory/operations
+TURN_FACTS = 24  # per user, through POST /v1/chat ("remember that ...")
+API_FACTS = 16  # per user, through POST /v1/memory/operations
 REMOVED_EVERY = 4  # every 4th committed fact is then removed (by a turn or by the API)
 CONCURRENCY = 12
 
