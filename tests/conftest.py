@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,30 @@ def db_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def engine(db_url: str) -> Iterator[Engine]:
     """A migrated engine on an emptied database."""
-    engine = migrated_engine(db_url)
+    with _fresh_engine(db_url) as engine:
+        yield engine
+
+
+@contextmanager
+def _fresh_engine(url: str) -> Iterator[Engine]:
+    engine = migrated_engine(url)
     wipe(engine)
-    yield engine
-    engine.dispose()
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def db(sqlite_url: str) -> Iterator[Engine]:
+    """A migrated, emptied SQLite engine (the embedded default)."""
+    with _fresh_engine(sqlite_url) as engine:
+        yield engine
+
+
+@pytest.fixture
+def pg(postgres_url: str) -> Iterator[Engine]:
+    """A migrated, emptied PostgreSQL engine."""
+    with _fresh_engine(postgres_url) as engine:
+        yield engine
+

@@ -420,7 +420,9 @@ def error_body(reply: HttpError) -> dict[str, Any]:
 # -- the in-process transport ------------------------------------------------------------------
 
 
-class _PacedStream(httpx.AsyncByteStream):
+class AsyncIteratorStream(httpx.AsyncByteStream):
+    """A streaming httpx body from an async iterator; closing it closes the iterator."""
+
     def __init__(self, chunks: AsyncIterator[bytes]) -> None:
         self._chunks = chunks
 
@@ -456,7 +458,7 @@ class ChatCompletionsTransport(httpx.AsyncBaseTransport):
             return httpx.Response(
                 200,
                 headers={"content-type": "text/event-stream"},
-                stream=_PacedStream(stream_body(chat, reply, self.delay_seconds)),
+                stream=AsyncIteratorStream(stream_body(chat, reply, self.delay_seconds)),
             )
         if isinstance(reply, BrokenStream):
             raise httpx.RemoteProtocolError("offline model: the connection broke")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import jwt
 import pytest
@@ -12,7 +10,6 @@ from sqlalchemy import Engine
 from app.api.auth import DEV_AUDIENCE, DEV_ISSUER
 from app.settings import Settings
 from tests.support.apps import api_settings, app_client, memory_rows, served
-from tests.support.databases import migrated_engine, wipe
 from tests.support.tokens import (
     TEST_DEV_SECRET,
     bearer,
@@ -50,15 +47,7 @@ BAD_AUTHORIZATION: list[tuple[str, dict[str, str]]] = [
 
 
 @pytest.fixture
-def sqlite_engine(sqlite_url: str) -> Iterator[Engine]:
-    engine = migrated_engine(sqlite_url)
-    wipe(engine)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
-def settings(sqlite_engine: Engine, sqlite_url: str) -> Settings:
+def settings(db: Engine, sqlite_url: str) -> Settings:
     return api_settings(sqlite_url)
 
 
@@ -74,28 +63,28 @@ def _assert_unauthorized(response: httpx.Response) -> None:
     ("case", "headers"), BAD_AUTHORIZATION, ids=[c for c, _ in BAD_AUTHORIZATION]
 )
 def test_bad_tokens_are_401_and_touch_nothing_in_process(
-    case: str, headers: dict[str, str], settings: Settings, sqlite_engine: Engine
+    case: str, headers: dict[str, str], settings: Settings, db: Engine
 ) -> None:
     """Every bad-token case in API.md is a 401 with WWW-Authenticate: Bearer and a JSON error,
     for reads, writes and deletes alike, and no memory row is written or removed."""
     with app_client(settings) as client:
         client.post("/v1/memory/operations", json=ADD, headers=dev_auth("alice"))
-        assert memory_rows(sqlite_engine) == 1
+        assert memory_rows(db) == 1
         _assert_unauthorized(client.get("/v1/memory", headers=headers))
         _assert_unauthorized(client.post("/v1/memory/operations", json=ADD, headers=headers))
         _assert_unauthorized(client.delete("/v1/memory", headers=headers))
         _assert_unauthorized(client.get("/v1/admin/flags", headers=headers))
-    assert memory_rows(sqlite_engine) == 1
+    assert memory_rows(db) == 1
 
 
-def test_bad_tokens_are_401_over_real_http(settings: Settings, sqlite_engine: Engine) -> None:
+def test_bad_tokens_are_401_over_real_http(settings: Settings, db: Engine) -> None:
     """The same 401 contract holds through uvicorn, header parsing included."""
     with served(settings) as url, httpx.Client(base_url=url) as client:
         for _case, headers in BAD_AUTHORIZATION:
             _assert_unauthorized(client.post("/v1/memory/operations", json=ADD, headers=headers))
             _assert_unauthorized(client.get("/v1/memory", headers=headers))
         assert client.get("/v1/memory", headers=dev_auth("alice")).status_code == 200
-    assert memory_rows(sqlite_engine) == 0
+    assert memory_rows(db) == 0
 
 
 def test_dev_token_route_issues_verifiable_tokens(settings: Settings) -> None:
@@ -145,7 +134,7 @@ def test_dev_token_route_rejects_bad_bodies(body: dict[str, object], settings: S
     assert response.json()["error"]["code"] == "invalid_request"
 
 
-def test_leeway_accepts_a_token_just_expired(sqlite_url: str, sqlite_engine: Engine) -> None:
+def test_leeway_accepts_a_token_just_expired(sqlite_url: str, db: Engine) -> None:
     """exp is checked with AUTH_LEEWAY_SECONDS of tolerance for clock skew, and no more."""
     import time
 

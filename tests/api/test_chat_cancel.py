@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, insert, select, text
@@ -14,19 +13,11 @@ from app.db.schema import agent_memory
 from app.memory.service import MemoryService
 from app.runtime import build_runtime
 from tests.support.apps import api_settings
-from tests.support.databases import migrated_engine, wipe
 from tests.support.scripted import ScriptedModel, Text, memory_call
 
 DEADLINE_SECONDS = 15.0
 STORED = "The user likes tea."
 
-
-@pytest.fixture
-def pg(postgres_url: str) -> Iterator[Engine]:
-    engine = migrated_engine(postgres_url)
-    wipe(engine)
-    yield engine
-    engine.dispose()
 
 
 async def wait_until(predicate: object, what: str) -> None:

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 from sqlalchemy import Engine, insert
 
 from app.db.schema import agent_memory
-from app.memory.rules import Snapshot
-from app.memory.service import MemoryService
 from tests.support.apps import api_settings, memory_rows
-from tests.support.databases import migrated_engine, wipe
+from tests.support.databases import stored
 from tests.support.scripted import ScriptedModel, Text, memory_call, serve_with_model
 from tests.support.sse import first, post_chat, text_of, without_deltas
 from tests.support.tokens import dev_auth
@@ -20,16 +16,6 @@ from tests.support.tokens import dev_auth
 FACT = {"target": "user", "action": "add", "content": "The user prefers short answers."}
 
 
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Engine]:
-    engine = migrated_engine(sqlite_url)
-    wipe(engine)
-    yield engine
-    engine.dispose()
-
-
-def stored(engine: Engine, user: str) -> Snapshot:
-    return MemoryService(engine).read(user)
 
 
 def test_plain_answer(db: Engine, sqlite_url: str) -> None:

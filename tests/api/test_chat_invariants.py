@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -15,9 +14,8 @@ from sqlalchemy import Engine, insert
 from app.agent.offline import ChatRequest, Reply
 from app.db.schema import agent_memory
 from app.memory.rules import SEPARATOR, Snapshot
-from app.memory.service import MemoryService
 from tests.support.apps import api_settings, memory_rows
-from tests.support.databases import migrated_engine, wipe
+from tests.support.databases import stored
 from tests.support.scripted import (
     BrokenStream,
     HttpError,
@@ -34,24 +32,7 @@ FACT = {"target": "user", "action": "add", "content": "The user prefers short an
 DEADLINE_SECONDS = 15.0
 
 
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Engine]:
-    engine = migrated_engine(sqlite_url)
-    wipe(engine)
-    yield engine
-    engine.dispose()
 
-
-@pytest.fixture
-def pg(postgres_url: str) -> Iterator[Engine]:
-    engine = migrated_engine(postgres_url)
-    wipe(engine)
-    yield engine
-    engine.dispose()
-
-
-def stored(engine: Engine, user: str) -> Snapshot:
-    return MemoryService(engine).read(user)
 
 
 def put(engine: Engine, user: str, target: str, *entries: str) -> None:

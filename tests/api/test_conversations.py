@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
-import pytest
 from sqlalchemy import Engine
 
 from tests.support.apps import api_settings, closed_port_url
-from tests.support.databases import migrated_engine, wipe
 from tests.support.scripted import ScriptedModel, Text, serve_with_model
 from tests.support.sse import names, post_chat
 from tests.support.tokens import dev_auth
-
-
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Engine]:
-    engine = migrated_engine(sqlite_url)
-    wipe(engine)
-    yield engine
-    engine.dispose()
 
 
 def test_history_is_sent_on_the_next_turn_and_bounded(db: Engine, sqlite_url: str) -> None:

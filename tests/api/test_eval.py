@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 from sqlalchemy import Engine, insert
 
 from app.db.schema import agent_memory
 from tests.support.apps import api_settings, memory_rows
-from tests.support.databases import migrated_engine, wipe
 from tests.support.scripted import ScriptedModel, Text, memory_call, serve_with_model
 from tests.support.sse import first, post_chat, without_deltas
 from tests.support.tokens import dev_auth
@@ -18,13 +15,6 @@ from tests.support.tokens import dev_auth
 KEY = "eval-key-0123456789abcdef"
 PATH = "/v1/eval/chat"
 
-
-@pytest.fixture
-def db(sqlite_url: str) -> Iterator[Engine]:
-    engine = migrated_engine(sqlite_url)
-    wipe(engine)
-    yield engine
-    engine.dispose()
 
 
 def test_route_is_absent_without_a_configured_key(db: Engine, sqlite_url: str) -> None:

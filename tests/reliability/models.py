@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from app.agent.offline import (
+    AsyncIteratorStream,
     ChatRequest,
     HttpError,
     Reply,
@@ -107,20 +108,6 @@ class Gates:
                 self._waiting.pop(key, None)
 
 
-class _Stream(httpx.AsyncByteStream):
-    def __init__(self, chunks: AsyncIterator[bytes]) -> None:
-        self._chunks = chunks
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._chunks:
-            yield chunk
-
-    async def aclose(self) -> None:
-        closer = getattr(self._chunks, "aclose", None)
-        if closer is not None:
-            await closer()
-
-
 def _finishes(chunk: bytes) -> bool:
     payload = chunk.removeprefix(b"data: ").strip()
     if not payload.startswith(b"{"):
@@ -155,4 +142,4 @@ class PairModelTransport(httpx.AsyncBaseTransport):
                 yield chunk
 
         return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                              stream=_Stream(chunks()))
+                              stream=AsyncIteratorStream(chunks()))

@@ -22,8 +22,6 @@ import httpx
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from app.memory.rules import Snapshot
-from app.memory.service import MemoryService
 from tests.support.server import free_port
 from tests.support.sse import aiter_events
 from tests.support.tokens import TEST_DEV_SECRET
@@ -165,7 +163,7 @@ def app_role(database_url: str) -> Iterator[AppRole]:
     parsed = make_url(database_url)
     database = parsed.database or ""
     name = f"amt_role_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(database_url, isolation_level="AUTOCOMMIT")
+    admin = create_engine(database_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as connection:
         connection.execute(text(f'CREATE ROLE "{name}" LOGIN'))
         connection.execute(text(f'GRANT CONNECT ON DATABASE "{database}" TO "{name}"'))
@@ -246,9 +244,6 @@ def record(outcome: TurnOutcome, name: str, data: Mapping[str, Any]) -> None:
     elif name == "error":
         outcome.error = data["code"]
 
-
-def stored(engine: Engine, user_id: str) -> Snapshot:
-    return MemoryService(engine).read(user_id)
 
 
 def wait_for(predicate: Any, what: str, *, seconds: float = DEADLINE_SECONDS) -> None:

@@ -16,7 +16,6 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -32,9 +31,8 @@ from tests.reliability.models import (
     pair_entries,
     pair_message,
 )
-from tests.reliability.support import stored
 from tests.support.apps import api_settings
-from tests.support.databases import migrated_engine
+from tests.support.databases import stored
 from tests.support.server import live_server
 from tests.support.sse import aiter_events
 from tests.support.tokens import dev_auth
@@ -63,13 +61,6 @@ class Plan:
     conversation_id: str | None = None
     memory: str | None = None
     gate_opened: bool = False
-
-
-@pytest.fixture
-def pg(postgres_url: str) -> Iterator[Engine]:
-    engine = migrated_engine(postgres_url)
-    yield engine
-    engine.dispose()
 
 
 def plans(run: str) -> list[Plan]:

@@ -1,15 +1,18 @@
 """Database faults on PostgreSQL: connections killed mid-transaction, the database refusing
-connections during a run, privileges revoked on `agent_memory`.
+connections during a run, the server itself restarted, privileges revoked on `agent_memory`.
 
 The service connects as an ordinary login role (`support.app_role`), so the harness, as
-superuser, can take the database away from it and give it back without stopping the shared
-server. Every fault must leave turns answering (status `unavailable` where memory could not be
-read), commit no partial batch, and heal without a restart once the database is back.
+superuser, can take the database away from it and give it back; one test stops and starts
+the server itself. Every fault must leave turns answering (status `unavailable` where memory
+could not be read), commit no partial batch, and heal without a restart once the database is
+back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -22,9 +25,9 @@ from sqlalchemy import Engine, insert
 from app.db.schema import agent_memory
 from app.main import create_app
 from tests.reliability.models import PairModelTransport, pair_entries, pair_message
-from tests.reliability.support import AppRole, TurnOutcome, app_role, run_turn, stored, wait_for
+from tests.reliability.support import AppRole, TurnOutcome, app_role, run_turn, wait_for
 from tests.support.apps import api_settings
-from tests.support.databases import migrated_engine, postgres_database, wipe
+from tests.support.databases import migrated_engine, postgres_database, stored, wipe
 from tests.support.server import live_server
 from tests.support.tokens import dev_auth
 
@@ -268,3 +271,46 @@ def test_the_superuser_engine_is_not_the_service_role(service: Faulty) -> None:
                                 r=service.role.name)
     assert rows == [(False,)]
     assert httpx.get(f"{service.url}/readyz", timeout=10).status_code == 200
+
+
+def _cluster(action: str) -> None:
+    """Stop or start the PostgreSQL server itself, the way `.ci/run` starts it."""
+    version = sorted(os.listdir("/etc/postgresql"))[0]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action,
+         *(["-m", "fast"] if action == "stop" else [])],
+        check=True, capture_output=True, timeout=120,
+    )
+
+
+def _server_answers() -> bool:
+    return subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"],
+                          timeout=10).returncode == 0
+
+
+def test_a_database_server_restart_degrades_turns_and_heals(service: Faulty) -> None:
+    """The PostgreSQL server itself goes down during a run and comes back: while it is down,
+    turns still answer with status `unavailable`, the tool tells the model nothing can be
+    saved, nothing is committed and readiness is 503; once it is back the same process (no
+    restart of the service) is ready again and commits."""
+    before = pair_turn(service.url, "restart-0", "rs-before")
+    assert before.memory_status == "available" and before.committed, before
+
+    _cluster("stop")
+    try:
+        wait_for(lambda: not _server_answers(), "the server to stop")
+        during = {key: pair_turn(service.url, "restart-0", key) for key in ("rs1", "rs2", "rs3")}
+        ready = httpx.get(f"{service.url}/readyz", timeout=30)
+    finally:
+        _cluster("start")
+        wait_for(_server_answers, "the server to start again", seconds=60)
+
+    for key, outcome in during.items():
+        assert outcome.answered and outcome.error is None, (key, outcome)
+        assert outcome.memory_status == "unavailable", (key, outcome)
+        assert outcome.tool == "unavailable" and outcome.memory == "none", (key, outcome)
+    assert ready.status_code == 503
+    assert_recovered(service, "restart-0", "rs-after")
+    for key in during:
+        assert not pair_stored(service.engine, "restart-0", key)
+    assert pair_stored(service.engine, "restart-0", "rs-before")

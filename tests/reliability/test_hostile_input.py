@@ -15,9 +15,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy import Engine
 
 from app.api.auth import DEV_AUDIENCE, DEV_ISSUER
-from tests.reliability.support import stored
 from tests.support.apps import api_settings
-from tests.support.databases import migrated_engine
+from tests.support.databases import migrated_engine, stored
 from tests.support.scripted import serve_with_model
 from tests.support.tokens import TEST_DEV_SECRET, bearer, claims, dev_auth, unsigned_token
 

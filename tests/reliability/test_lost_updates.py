@@ -14,8 +14,8 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from tests.reliability.support import ServiceProcess, TurnOutcome, run_turn, service_process, stored
-from tests.support.databases import migrated_engine, postgres_database
+from tests.reliability.support import ServiceProcess, TurnOutcome, run_turn, service_process
+from tests.support.databases import migrated_engine, postgres_database, stored
 from tests.support.tokens import dev_auth
 
 pytestmark = pytest.mark.postgres

@@ -16,6 +16,8 @@ from sqlalchemy import Engine, create_engine, text
 from app.db.engine import build_engine
 from app.db.migrate import upgrade
 from app.db.schema import metadata
+from app.memory.rules import Snapshot
+from app.memory.service import MemoryService
 
 PG_ADMIN_URL = os.environ.get(
     "TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -30,7 +32,7 @@ def _unique_name() -> str:
 @contextmanager
 def postgres_database() -> Iterator[str]:
     name = _unique_name()
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     try:
         with admin.connect() as connection:
             connection.execute(text(f'CREATE DATABASE "{name}"'))
@@ -57,7 +59,7 @@ def postgres_database() -> Iterator[str]:
 @contextmanager
 def mariadb_database() -> Iterator[str]:
     name = _unique_name()
-    admin = create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    admin = create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     try:
         with admin.connect() as connection:
             connection.execute(
@@ -87,3 +89,9 @@ def wipe(engine: Engine) -> None:
     with engine.begin() as connection:
         for table in reversed(metadata.sorted_tables):
             connection.execute(table.delete())
+
+
+def stored(engine: Engine, user_id: str) -> Snapshot:
+    """The user's committed memory, read the way the service reads it."""
+    return MemoryService(engine).read(user_id)
+
