@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from sqlalchemy import Engine, insert, select, text
@@ -14,19 +13,11 @@ from app.memory.service import MemoryService
 from app.runtime import build_runtime
 from tests.support.apps import api_settings
 from tests.support.scripted import ScriptedModel, Text, memory_call
+from tests.support.waiting import await_for
 
 DEADLINE_SECONDS = 15.0
 STORED = "The user likes tea."
 
-
-
-async def wait_until(predicate: object, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        if await asyncio.to_thread(predicate):  # type: ignore[arg-type]
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{what} did not happen before the deadline")
 
 
 @pytest.mark.postgres
@@ -67,9 +58,9 @@ async def test_cancelling_a_turn_blocked_in_its_commit_commits_nothing(
                 )).scalar_one()
             return bool(waiting)
 
-        await wait_until(commit_is_waiting_on_the_lock, "the commit blocking on the row lock")
+        await await_for(commit_is_waiting_on_the_lock, "the commit blocking on the row lock")
         task.cancel()
-        await wait_until(turn.cancel_event.is_set, "the cancel event being set")
+        await await_for(turn.cancel_event.is_set, "the cancel event being set")
     finally:
         holder_transaction.rollback()  # release the lock: the worker now reaches its checks
         holder.close()

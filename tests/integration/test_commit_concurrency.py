@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -31,6 +30,7 @@ from tests.support.memory_db import (
     unknown_error,
     watch,
 )
+from tests.support.waiting import wait_for
 
 WAIT_SECONDS = 30
 
@@ -303,13 +303,6 @@ def open_transaction(engine: Engine, isolation: str | None = None) -> Iterator[C
         connection.close()
 
 
-def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        threading.Event().wait(0.02)
-
-
 def lock_waiters(engine: Engine) -> int:
     with engine.connect() as connection:
         if engine.dialect.name == "postgresql":
@@ -363,7 +356,7 @@ def test_a_real_deadlock_is_classified_as_retryable(server_engine: Engine) -> No
 
         thread = threading.Thread(target=first_waits)
         thread.start()
-        wait_until(lambda: lock_waiters(engine) >= 1, "the first transaction waits for the lock")
+        wait_for(lambda: lock_waiters(engine) >= 1, "the first transaction waits for the lock")
         try:
             second.execute(text(LOCK_ROW), {"u": "alice", "t": "user"})
             outcome["second"] = None

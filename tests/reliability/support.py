@@ -28,7 +28,6 @@ from tests.support.tokens import TEST_DEV_SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
 START_SECONDS = 30.0
-DEADLINE_SECONDS = 30.0
 
 
 # -- service processes ------------------------------------------------------------------------
@@ -243,13 +242,3 @@ def record(outcome: TurnOutcome, name: str, data: Mapping[str, Any]) -> None:
         outcome.finish = data["finish_reason"]
     elif name == "error":
         outcome.error = data["code"]
-
-
-
-def wait_for(predicate: Any, what: str, *, seconds: float = DEADLINE_SECONDS) -> None:
-    """Poll `predicate` until it is true, failing with `what` at the deadline."""
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {seconds:.0f} s")
-        time.sleep(0.05)

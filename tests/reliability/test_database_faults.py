@@ -25,11 +25,12 @@ from sqlalchemy import Engine, insert
 from app.db.schema import agent_memory
 from app.main import create_app
 from tests.reliability.models import PairModelTransport, pair_entries, pair_message
-from tests.reliability.support import AppRole, TurnOutcome, app_role, run_turn, wait_for
+from tests.reliability.support import AppRole, TurnOutcome, app_role, run_turn
 from tests.support.apps import api_settings
 from tests.support.databases import migrated_engine, postgres_database, stored, wipe
 from tests.support.server import live_server
 from tests.support.tokens import dev_auth
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +38,7 @@ from tests.support.scripted import memory_call
 from tests.support.server import live_server
 from tests.support.sse import Event, iter_events, names
 from tests.support.tokens import dev_token
+from tests.support.waiting import wait_for
 from tests.telemetry.capture import Captured, capture_telemetry, span_text
 
 TOOL_MEMORY = "SNTL-7Q2-memory-ZEBRA-91"
@@ -160,14 +160,6 @@ def _turn_finished(captured: Captured, outcome: str) -> bool:
     )
 
 
-def _wait_for(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def drive_every_channel(client: Client) -> None:
     """Push each sentinel through its channel and check that the channel really took it."""
     # Memory via the tool, in a complete turn (the offline model saves "remember that ...").
@@ -244,7 +236,7 @@ def run(
                 logging.getLogger(name).setLevel(logging.DEBUG)
             try:
                 drive_every_channel(client)
-                _wait_for(lambda: _turn_finished(captured, "cancelled"), "the cancelled turn")
+                wait_for(lambda: _turn_finished(captured, "cancelled"), "the cancelled turn")
             finally:
                 for name, level in reopened.items():
                     logging.getLogger(name).setLevel(level)
