@@ -5,7 +5,11 @@ WORKDIR /src
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY pyproject.toml README.md ./
 COPY app ./app
-RUN python -m venv /opt/venv && /opt/venv/bin/pip install ".[mysql]"
+# Dependencies only: the application itself runs from /srv (app/, prompts/, migrations/ side by
+# side, as in the repository), so the package is uninstalled again after its dependencies.
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install ".[mysql]" \
+ && /opt/venv/bin/pip uninstall -y agent-memory-backend
 
 FROM python:3.11-slim
 ENV PATH="/opt/venv/bin:$PATH" \
