@@ -14,6 +14,18 @@ from app.api.deps import RuntimeDep
 WEB_ROOT = Path(__file__).resolve().parent.parent / "web"
 
 router = APIRouter()
+
+# The page loads only its own files and talks only to this origin; memory entries and answers
+# are rendered as text, and this policy is the second line should that ever slip.
+PAGE_HEADERS = {
+    "cache-control": "no-cache",
+    "content-security-policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
 # The page is plain files (no build step); `check_dir=False` keeps import free of file-system work.
 router.mount("/static", StaticFiles(directory=WEB_ROOT, check_dir=False), name="static")
 
@@ -21,7 +33,7 @@ router.mount("/static", StaticFiles(directory=WEB_ROOT, check_dir=False), name="
 @router.get("/", include_in_schema=False)
 async def index() -> FileResponse:
     # no-cache: a redeploy must reach open tabs on their next load, not after a cache expiry.
-    return FileResponse(WEB_ROOT / "index.html", headers={"cache-control": "no-cache"})
+    return FileResponse(WEB_ROOT / "index.html", headers=PAGE_HEADERS)
 
 
 # Outside /v1 on purpose: every /v1 route needs a bearer token, and the page asks this first.

@@ -44,9 +44,12 @@ def eventually(probe: Callable[[], T | None], *, timeout: float = 15.0) -> T:
 
 @pytest.fixture
 def page_errors(page: Page) -> Iterator[list[str]]:
-    """Every uncaught script error on the page; the test fails if there is one."""
+    """Every uncaught script error and every Content-Security-Policy refusal on the page; the
+    test fails if there is one."""
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: errors.append(message.text)
+            if "Content Security Policy" in message.text else None)
     yield errors
     assert errors == []
 
@@ -109,8 +112,11 @@ def only_conversation_id(base: str, token: str) -> str:
 def test_remember_streams_and_the_entry_appears_with_its_usage(
     server: str, page: Page, page_errors: list[str]
 ) -> None:
-    """A saved fact reaches the panel with the usage the API reports, after the turn commits."""
-    page.goto(server)
+    """A saved fact reaches the panel with the usage the API reports, after the turn commits.
+    The page is served under a strict Content-Security-Policy that it fully complies with."""
+    response = page.goto(server)
+    assert response is not None
+    assert "script-src 'self'" in response.headers["content-security-policy"]
     expect(page.locator("#model-badge")).to_have_text("Offline model answering")
     screenshot(page, "01-sign-in")
     token = sign_in(page, server, "alice")
