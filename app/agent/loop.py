@@ -188,32 +188,10 @@ class Turn:
 
     async def _open(self) -> TurnContext:
         user_id = self.request.user_id
-        status: MemoryStatus = "disabled"
-        snapshot = Snapshot()
-        ledger: MemoryLedger | None = None
-        if user_id is not None and self.agent.uses_memory:
-            flags, memory = self.services.flags, self.services.memory
-            enabled = flags is not None and memory is not None and await flags.memory_enabled()
-            if enabled and memory is not None:
-                try:
-                    snapshot = await memory.read_async(user_id)
-                except Exception as error:
-                    # Fail open for the answer, closed for writes: no ledger, not even empty.
-                    status = "unavailable"
-                    log.warning("memory.read_failed", turn_id=self.turn_id,
-                                error_type=type(error).__name__)
-                else:
-                    status = "available"
-                    ledger = MemoryLedger(snapshot)
-        conversation_id = self.request.conversation_id
-        conversations = self.services.conversations
-        if (
-            conversation_id is None
-            and user_id is not None
-            and self.request.store_transcript
-            and conversations is not None
-        ):
-            conversation_id = await conversations.create(user_id, self.request.message)
+        # Independent reads and writes, run side by side: they are the time to first text.
+        (status, snapshot, ledger), conversation_id = await asyncio.gather(
+            self._load_memory(user_id), self._conversation(user_id)
+        )
         self.context = TurnContext(
             turn_id=self.turn_id,
             conversation_id=conversation_id,
@@ -228,6 +206,36 @@ class Turn:
                  agent=self.agent.name, memory_status=status,
                  history_messages=len(self.request.history))
         return self.context
+
+    async def _load_memory(
+        self, user_id: str | None
+    ) -> tuple[MemoryStatus, Snapshot, MemoryLedger | None]:
+        """Fail open for the answer, closed for writes: after a read error there is no ledger,
+        not even an empty one."""
+        flags, memory = self.services.flags, self.services.memory
+        if user_id is None or not self.agent.uses_memory or flags is None or memory is None:
+            return "disabled", Snapshot(), None
+        if not await flags.memory_enabled():
+            return "disabled", Snapshot(), None
+        try:
+            snapshot = await memory.read_async(user_id)
+        except Exception as error:
+            log.warning("memory.read_failed", turn_id=self.turn_id,
+                        error_type=type(error).__name__)
+            return "unavailable", Snapshot(), None
+        return "available", snapshot, MemoryLedger(snapshot)
+
+    async def _conversation(self, user_id: str | None) -> str | None:
+        """The conversation this turn belongs to, created on the first turn (best-effort)."""
+        conversations = self.services.conversations
+        if (
+            self.request.conversation_id is not None
+            or user_id is None
+            or not self.request.store_transcript
+            or conversations is None
+        ):
+            return self.request.conversation_id
+        return await conversations.create(user_id, self.request.message)
 
     @contextlib.contextmanager
     def _scope(self, ctx: TurnContext) -> Iterator[None]:
