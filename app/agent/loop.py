@@ -140,7 +140,6 @@ class Turn:
                     span.set_attribute("memory.status", ctx.memory_status)
                     with self._scope(ctx):
                         emit(StartEvent(ctx.conversation_id, ctx.turn_id, ctx.memory_status))
-                        await self._store(ctx, "user", self.request.message, "complete")
                         finish = await self._rounds(ctx, progress, emit)
                         memory_event = await self._commit(ctx)
                 await self._store_shielded(ctx, progress.answer, "complete")
@@ -226,16 +225,16 @@ class Turn:
         return "available", snapshot, MemoryLedger(snapshot)
 
     async def _conversation(self, user_id: str | None) -> str | None:
-        """The conversation this turn belongs to, created on the first turn (best-effort)."""
+        """Store the user's message (best-effort): in a new conversation on the first turn, else
+        appended to the caller's conversation. Returns the conversation's id."""
         conversations = self.services.conversations
-        if (
-            self.request.conversation_id is not None
-            or user_id is None
-            or not self.request.store_transcript
-            or conversations is None
-        ):
-            return self.request.conversation_id
-        return await conversations.create(user_id, self.request.message)
+        existing = self.request.conversation_id
+        if user_id is None or not self.request.store_transcript or conversations is None:
+            return existing
+        if existing is None:
+            return await conversations.create(user_id, self.turn_id, self.request.message)
+        await conversations.append(existing, self.turn_id, "user", self.request.message)
+        return existing
 
     @contextlib.contextmanager
     def _scope(self, ctx: TurnContext) -> Iterator[None]:

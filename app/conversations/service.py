@@ -65,16 +65,22 @@ class ConversationService:
 
     # -- best-effort writes during a turn ------------------------------------------------------
 
-    def _create(self, user_id: str, title: str) -> str:
+    def _create(self, user_id: str, turn_id: str, first_message: str) -> str:
         conversation_id = str(uuid.uuid4())
+        # One transaction (one commit) for the conversation and its first message: this write
+        # stands between the request and the first streamed text.
         with self.engine.begin() as connection:
-            repository.create(connection, conversation_id, user_id, title)
+            repository.create(connection, conversation_id, user_id, title_for(first_message))
+            repository.add_message(
+                connection, conversation_id, turn_id, "user", first_message, "complete"
+            )
         return conversation_id
 
-    async def create(self, user_id: str, first_message: str) -> str | None:
-        """A new conversation's id, or None when the transcript cannot be stored right now."""
+    async def create(self, user_id: str, turn_id: str, first_message: str) -> str | None:
+        """A new conversation holding the turn's user message, or None when the transcript
+        cannot be stored right now."""
         try:
-            return await asyncio.to_thread(self._create, user_id, title_for(first_message))
+            return await asyncio.to_thread(self._create, user_id, turn_id, first_message)
         except Exception as error:
             log.warning("conversation.create_failed", error_type=type(error).__name__)
             return None
