@@ -49,11 +49,11 @@ from app.conversations.service import ConversationService
 from app.memory.flags import FlagStore
 from app.memory.ledger import MemoryLedger
 from app.memory.render import MemoryStatus
-from app.memory.rules import MemoryValidationError, Snapshot, Target
+from app.memory.rules import MemoryValidationError, Snapshot
 from app.memory.scope import memory_scope
 from app.memory.service import MemoryService
 from app.settings import Settings
-from app.telemetry import capture_content, memory_event, turn_context
+from app.telemetry import capture_content, count_targets, memory_event, turn_context
 
 log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -336,9 +336,7 @@ class Turn:
         if ledger is None or not ledger.staged or memory is None or ctx.user_id is None:
             return _memory_event("none", ctx.baseline)
         batches = list(ledger.batches)
-        targets: dict[Target, int] = {}
-        for operation in ledger.operations:
-            targets[operation.target] = targets.get(operation.target, 0) + 1
+        targets = count_targets(ledger.operations)
         started = time.perf_counter()
 
         def report(
@@ -353,28 +351,23 @@ class Turn:
                 duration_ms=(time.perf_counter() - started) * 1000, retry_count=retry_count,
             )
 
-        with tracer.start_as_current_span("memory.commit") as span:
-            span.set_attribute("memory.operation_count", len(ledger.operations))
+        # report() puts the memory event on this span too (memory.* attributes).
+        with tracer.start_as_current_span("memory.commit"):
             try:
                 result = await _commit_guarded(memory, ctx.user_id, batches, ctx.cancel_event)
             except MemoryValidationError as error:
                 # The latest stored memory no longer accepts the batch (a concurrent change):
                 # rejected clearly, nothing written.
-                span.set_attribute("memory.outcome", "failed")
                 report("failed", ctx.baseline, reason=error.code)
                 return _memory_event("failed", ctx.baseline)
             except asyncio.CancelledError:
-                span.set_attribute("memory.outcome", "cancelled")
                 report("cancelled", ctx.baseline)
                 raise
             except Exception as error:
                 if ctx.cancel_event.is_set():
                     raise
-                span.set_attribute("memory.outcome", "failed")
                 report("failed", ctx.baseline, reason=type(error).__name__)
                 return _memory_event("failed", ctx.baseline)
-            span.set_attribute("memory.outcome", "committed")
-            span.set_attribute("memory.retry_count", result.retry_count)
             report("committed", result.snapshot, retry_count=result.retry_count)
             ctx.ledger = None  # committed: nothing is left to stage or discard
             return _memory_event("committed", result.snapshot)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +16,12 @@ from app.agent.events import ToolOutcome
 from app.memory.ledger import stage_operations
 from app.memory.rules import LIMITS, MemoryValidationError, Snapshot, parse_operations
 from app.memory.scope import current_memory_request
-from app.telemetry import capture_content, memory_event, register_tool_arguments
+from app.telemetry import (
+    capture_content,
+    count_targets,
+    memory_event,
+    register_tool_arguments,
+)
 
 log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -107,8 +111,6 @@ def run_memory_tool(ctx: TurnContext, raw_arguments: str) -> ToolResult:
         capture_content(span, "app.capture.memory_operations", raw_arguments)
         started = time.perf_counter()
         result, targets = _run(ctx, raw_arguments)
-        span.set_attribute("memory.outcome", result.outcome)
-        span.set_attribute("memory.operation_count", result.operation_count)
         staged = ctx.ledger.snapshot if ctx.ledger else ctx.baseline
         memory_event(
             stage="tool",
@@ -156,7 +158,7 @@ def _run(ctx: TurnContext, raw_arguments: str) -> tuple[ToolResult, dict[str, in
         snapshot = stage_operations(ctx.ledger, operations)
     except MemoryValidationError as error:
         return _rejected(ctx, count, error.code, error.message), {}
-    targets = {str(key): value for key, value in Counter(o.target for o in operations).items()}
+    targets = count_targets(operations)
     staged: dict[str, Any] = {
         "status": "staged",
         "operations": len(operations),
