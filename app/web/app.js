@@ -193,19 +193,14 @@ async function loadConversations() {
   list.replaceChildren();
   for (const conversation of conversations) {
     const item = document.createElement("li");
-    const open = document.createElement("button");
-    open.type = "button";
-    open.className = "open";
-    open.textContent = conversationTitle(conversation);
+    const title = conversationTitle(conversation);
+    const open = button(title, () => openConversation(conversation.id), { className: "open" });
     open.dataset.id = conversation.id;
     if (conversation.id === state.conversationId) open.setAttribute("aria-current", "true");
-    open.addEventListener("click", () => openConversation(conversation.id));
-    const remove = document.createElement("button");
-    remove.type = "button";
-    remove.className = "delete";
-    remove.textContent = "Delete";
-    remove.setAttribute("aria-label", `Delete conversation: ${open.textContent}`);
-    remove.addEventListener("click", () => deleteConversation(conversation.id, open.textContent));
+    const remove = button("Delete", () => deleteConversation(conversation.id, title), {
+      className: "delete",
+      label: `Delete conversation: ${title}`,
+    });
     item.append(open, remove);
     list.append(item);
   }
@@ -544,6 +539,17 @@ function renderDocument(target, doc) {
   $(`doc-${target}-empty`).hidden = entries.length > 0;
 }
 
+// A button with its text, an optional click handler, class, accessible name and type.
+function button(text, onClick, { className = "", label = "", type = "button" } = {}) {
+  const element = document.createElement("button");
+  element.type = type;
+  element.textContent = text;
+  if (className) element.className = className;
+  if (label) element.setAttribute("aria-label", label);
+  if (onClick) element.addEventListener("click", onClick);
+  return element;
+}
+
 function entryItem(target, entry) {
   const item = document.createElement("li");
   const text = document.createElement("span");
@@ -551,17 +557,12 @@ function entryItem(target, entry) {
   text.textContent = entry;
   const actions = document.createElement("div");
   actions.className = "entry-actions";
-  const edit = document.createElement("button");
-  edit.type = "button";
-  edit.textContent = "Edit";
-  edit.setAttribute("aria-label", `Edit: ${entry}`);
-  edit.addEventListener("click", () => startEdit(item, target, entry));
-  const remove = document.createElement("button");
-  remove.type = "button";
-  remove.textContent = "Remove";
-  remove.setAttribute("aria-label", `Remove: ${entry}`);
-  remove.addEventListener("click", () => applyOperations([{ target, action: "remove", match: entry }],
-    "Entry removed."));
+  const edit = button("Edit", () => startEdit(item, target, entry), { label: `Edit: ${entry}` });
+  const remove = button(
+    "Remove",
+    () => applyOperations([{ target, action: "remove", match: entry }], "Entry removed."),
+    { label: `Remove: ${entry}` },
+  );
   actions.append(edit, remove);
   item.append(text, actions);
   return item;
@@ -581,13 +582,8 @@ function startEdit(item, target, entry) {
   input.value = entry;
   const actions = document.createElement("div");
   actions.className = "entry-actions";
-  const save = document.createElement("button");
-  save.type = "submit";
-  save.textContent = "Save";
-  const cancel = document.createElement("button");
-  cancel.type = "button";
-  cancel.textContent = "Cancel";
-  cancel.addEventListener("click", () => loadMemory());
+  const save = button("Save", null, { type: "submit" });
+  const cancel = button("Cancel", () => loadMemory());
   actions.append(save, cancel);
   form.append(label, input, actions);
   form.addEventListener("submit", (event) => {
