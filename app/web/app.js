@@ -627,7 +627,13 @@ async function applyOperations(operations, done) {
   $("memory-error").textContent = "";
   try {
     const memory = await api("/v1/memory/operations", { method: "POST", body: { operations } });
-    if (memory) DOCUMENTS.forEach((target) => renderDocument(target, memory[target]));
+    // The answer is the new state: render it once. Re-reading memory here rendered a second
+    // time, later, and could wipe an editor the user had opened in between.
+    if (memory) {
+      document.querySelector(".memory").classList.remove("unreadable");
+      setMemoryStatus("available");
+      DOCUMENTS.forEach((target) => renderDocument(target, memory[target]));
+    }
     $("memory-outcome").classList.remove("bad");
     $("memory-outcome").textContent = done;
   } catch (error) {
@@ -643,7 +649,6 @@ async function applyOperations(operations, done) {
     }
     return false;
   }
-  await loadMemory();
   return true;
 }
 

@@ -204,6 +204,11 @@ def test_entries_can_be_added_edited_and_removed(
         f"{stored['memory']['characters']} / 2,200 characters"
     )
 
+    # An edit renders the state the API answered, once: no later re-read may re-render the
+    # panel under the user (it used to wipe an editor opened right after a change).
+    reads: list[str] = []
+    page.on("request", lambda request: reads.append(request.url)
+            if request.method == "GET" and request.url.endswith("/v1/memory") else None)
     page.get_by_role("button", name="Edit: Works at night").click()
     editor = page.get_by_label("Edit entry")
     expect(editor).to_be_focused()
@@ -211,6 +216,11 @@ def test_entries_can_be_added_edited_and_removed(
     page.get_by_role("button", name="Save").click()
     expect(user_entries(page)).to_have_text(["Works early mornings"])
     assert memory_of(server, token)["user"]["entries"] == ["Works early mornings"]
+    page.get_by_role("button", name="Edit: Works early mornings").click()
+    expect(page.get_by_label("Edit entry")).to_be_focused()
+    assert reads == [], reads
+    with page.expect_request(lambda request: request.url.endswith("/v1/memory")):
+        page.get_by_role("button", name="Cancel").click()  # Cancel does re-read, on purpose
     screenshot(page, "05-edited")
 
     # A rule violation is shown plainly and changes nothing.
