@@ -149,7 +149,3 @@ def scan(text: str) -> Threat | None:
                     reason = f"it looks like it contains {reason}"
                 return Threat(category, reason)
     return None
-
-
-def is_blocked(text: str) -> bool:
-    return scan(text) is not None
