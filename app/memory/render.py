@@ -53,13 +53,6 @@ def render_block(snapshot: Snapshot) -> str:
     return f"{OPEN_TAG}\n{sections}\n{CLOSE_TAG}"
 
 
-def usage(snapshot: Snapshot) -> dict[str, int]:
-    return {
-        "user_characters": snapshot.characters("user"),
-        "memory_characters": snapshot.characters("memory"),
-    }
-
-
 def document(snapshot: Snapshot, target: Target) -> dict[str, object]:
     """One store as the API reports it."""
     return {
