@@ -24,7 +24,7 @@ class TurnContext:
 
     `ledger` exists only when memory was read successfully and the flag is on: a read error
     never yields an empty writable snapshot. `baseline` is the snapshot read at turn start
-    (empty when memory is disabled or unavailable), used for the character counts users see.
+    (also while the flag is off, for the counts users see; empty when it could not be read).
     """
 
     turn_id: str

@@ -55,17 +55,24 @@ class ToolEvent:
 
 @dataclass(frozen=True)
 class MemoryEvent:
+    """What became of the turn's staged edits; the counts are those of the stored memory.
+    `reason` (a stable code, never content) says why a staged batch was not committed."""
+
     outcome: CommitOutcome
     user_characters: int
     memory_characters: int
+    reason: str | None = None
     name: Literal["memory"] = "memory"
 
     def data(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "outcome": self.outcome,
             "user_characters": self.user_characters,
             "memory_characters": self.memory_characters,
         }
+        if self.reason is not None:
+            data["reason"] = self.reason
+        return data
 
 
 @dataclass(frozen=True)

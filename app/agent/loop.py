@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import assert_never
 
 import anyio
 import structlog
@@ -44,6 +44,7 @@ from app.agent.llm import Message, ModelFailure, RoundResult, ToolCallRequest
 from app.agent.prompts import MemoryView
 from app.agent.steps import FinalOutput, RunTools, ToolLimit, next_step
 from app.agent.tools import MEMORY_TOOL_NAME, run_memory_tool, unknown_tool_result
+from app.concurrency import CLEANUP_SECONDS, finish_even_if_cancelled
 from app.conversations.repository import MessageStatus, Role
 from app.conversations.service import ConversationService
 from app.memory.flags import FlagStore
@@ -51,15 +52,12 @@ from app.memory.ledger import MemoryLedger
 from app.memory.render import MemoryStatus
 from app.memory.rules import MemoryValidationError, Snapshot
 from app.memory.scope import memory_scope
-from app.memory.service import MemoryService
+from app.memory.service import CommitResult, MemoryService
 from app.settings import Settings
 from app.telemetry import capture_content, count_targets, memory_event, turn_context
 
 log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
-
-# How long a disconnected stream waits for the turn's own cleanup (transcript, commit rollback).
-CLEANUP_SECONDS = 10.0
 
 Emit = Callable[[TurnEvent], None]
 
@@ -120,11 +118,12 @@ class Turn:
         self.turn_id = new_turn_id()
         self.cancel_event = threading.Event()
         self.context: TurnContext | None = None
+        self.settled: _Settled | None = None  # set at the commit point
+        self._transcript: asyncio.Future[None] | None = None
 
     # -- the whole turn ------------------------------------------------------------------------
 
     async def run(self, emit: Emit) -> None:
-        settings = self.services.settings
         started = time.perf_counter()
         progress = _Progress(model=self.agent.model.primary)
         outcome = "failed"
@@ -135,41 +134,21 @@ class Turn:
             span.set_attribute("turn.agent", self.agent.name)
             capture_content(span, "app.capture.user_message", self.request.message)
             try:
-                async with asyncio.timeout(settings.turn_timeout_seconds):
-                    ctx = await self._open()
-                    span.set_attribute("memory.status", ctx.memory_status)
-                    with self._scope(ctx):
-                        emit(StartEvent(ctx.conversation_id, ctx.turn_id, ctx.memory_status))
-                        finish = await self._rounds(ctx, progress, emit)
-                        memory_event = await self._commit(ctx)
-                await self._store_shielded(ctx, progress.answer, "complete")
-                emit(memory_event)
-                emit(DoneEvent(finish))
-                outcome = finish
+                failure = await self._attempt(progress, emit, span)
+                outcome = await self._end(failure, progress, emit)
             except asyncio.CancelledError:
-                # Disconnect or cancellation: the ledger is dropped, nothing is committed.
-                outcome = "cancelled"
+                # The client left or the task was cancelled. A turn past its commit point
+                # succeeded: it keeps its one `complete` row. Otherwise the ledger is dropped,
+                # nothing is committed, and the row says `interrupted`.
                 self.cancel_event.set()
-                self._discard()
-                await self._store_shielded(self.context, progress.answer, "interrupted")
+                settled = self.settled
+                outcome = settled.finish if settled else "cancelled"
+                if settled is None:
+                    self._discard()
+                await self._end_transcript(
+                    progress.answer, "complete" if settled else "interrupted"
+                )
                 raise
-            except TimeoutError:
-                outcome = "timeout"
-                self.cancel_event.set()
-                self._discard()
-                emit(ErrorEvent("timeout", "The turn took too long; nothing was saved to memory."))
-                await self._store_shielded(self.context, progress.answer, "failed")
-            except (ModelFailure, TurnFailure) as failure:
-                outcome = failure.code
-                self._discard()
-                emit(ErrorEvent(failure.code, failure.message + " Nothing was saved to memory."))
-                await self._store_shielded(self.context, progress.answer, "failed")
-            except Exception as error:
-                outcome = "internal_error"
-                self._discard()
-                log.exception("turn.failed", turn_id=self.turn_id, error_type=type(error).__name__)
-                emit(ErrorEvent("internal_error", "The turn failed; nothing was saved to memory."))
-                await self._store_shielded(self.context, progress.answer, "failed")
             finally:
                 capture_content(span, "app.capture.model_output", progress.answer)
                 span.set_attribute("turn.outcome", outcome)
@@ -182,6 +161,52 @@ class Turn:
                     rounds=progress.rounds,
                     duration_ms=round((time.perf_counter() - started) * 1000, 1),
                 )
+
+    async def _attempt(
+        self, progress: _Progress, emit: Emit, span: trace.Span
+    ) -> ErrorEvent | None:
+        """Play the turn under its deadline; a failure becomes the error event that ends it."""
+        try:
+            async with asyncio.timeout(self.services.settings.turn_timeout_seconds):
+                await self._play(progress, emit, span)
+        except TimeoutError:
+            self.cancel_event.set()
+            return ErrorEvent("timeout", "The turn took too long; nothing was saved to memory.")
+        except (ModelFailure, TurnFailure) as error:
+            return ErrorEvent(error.code, error.message + " Nothing was saved to memory.")
+        except Exception as error:
+            log.exception("turn.failed", turn_id=self.turn_id, error_type=type(error).__name__)
+            return ErrorEvent("internal_error", "The turn failed; nothing was saved to memory.")
+        return None
+
+    async def _end(self, failure: ErrorEvent | None, progress: _Progress, emit: Emit) -> str:
+        """Write the turn's one assistant row and send its last event; returns the outcome."""
+        settled = self.settled
+        if settled is None:
+            assert failure is not None  # a turn that did not fail always reaches its commit point
+            self._discard()
+            emit(failure)
+            await self._end_transcript(progress.answer, "failed")
+            return failure.code
+        # Settled, possibly in a race with the deadline: the commit's answer stands.
+        if not settled.reported:
+            settled.reported = True
+            emit(settled.event)
+        await self._end_transcript(progress.answer, "complete")
+        emit(DoneEvent(settled.finish))
+        return settled.finish
+
+    async def _play(self, progress: _Progress, emit: Emit, span: trace.Span) -> None:
+        """Start, model rounds, then the commit point; the memory event follows the commit at
+        once, before anything else can happen to the turn."""
+        ctx = await self._open()
+        span.set_attribute("memory.status", ctx.memory_status)
+        with self._scope(ctx):
+            emit(StartEvent(ctx.conversation_id, ctx.turn_id, ctx.memory_status))
+            finish = await self._rounds(ctx, progress, emit)
+            settled = await self._settle(ctx, finish)
+        settled.reported = True
+        emit(settled.event)
 
     # -- steps 1-2: scope and memory, fail-open ------------------------------------------------
 
@@ -214,14 +239,16 @@ class Turn:
         flags, memory = self.services.flags, self.services.memory
         if user_id is None or not self.agent.uses_memory or flags is None or memory is None:
             return "disabled", Snapshot(), None
-        if not await flags.memory_enabled():
-            return "disabled", Snapshot(), None
+        enabled = await flags.memory_enabled()
         try:
             snapshot = await memory.read_async(user_id)
         except Exception as error:
             log.warning("memory.read_failed", turn_id=self.turn_id,
                         error_type=type(error).__name__)
-            return "unavailable", Snapshot(), None
+            return ("unavailable" if enabled else "disabled"), Snapshot(), None
+        if not enabled:
+            # Read only for the counts the memory event reports: never shown to the model.
+            return "disabled", snapshot, None
         return "available", snapshot, MemoryLedger(snapshot)
 
     async def _conversation(self, user_id: str | None) -> str | None:
@@ -330,47 +357,73 @@ class Turn:
 
     # -- step 5: commit while connected --------------------------------------------------------
 
-    async def _commit(self, ctx: TurnContext) -> MemoryEvent:
+    async def _settle(self, ctx: TurnContext, finish: FinishReason) -> _Settled:
+        """The commit point. Only a final answer commits; a turn that ended at the tool limit or
+        was cut by the token limit discards what it staged (`failed`, with that reason)."""
         ledger = ctx.ledger
+        if ledger is None or not ledger.staged:
+            return self._seal(finish, _memory_event("none", ctx.baseline))
+        if finish != "stop":
+            ctx.ledger = None
+            report_commit(ledger, "failed", ctx.baseline, reason=finish)
+            return self._seal(finish, _memory_event("failed", ctx.baseline, reason=finish))
+        return await self._commit(ctx, ledger, finish)
+
+    def _seal(self, finish: FinishReason, event: MemoryEvent) -> _Settled:
+        self.settled = _Settled(finish, event)
+        return self.settled
+
+    async def _commit(
+        self, ctx: TurnContext, ledger: MemoryLedger, finish: FinishReason
+    ) -> _Settled:
         memory = self.services.memory
-        if ledger is None or not ledger.staged or memory is None or ctx.user_id is None:
-            return _memory_event("none", ctx.baseline)
-        batches = list(ledger.batches)
-        targets = count_targets(ledger.operations)
+        assert memory is not None and ctx.user_id is not None  # a ledger exists only then
         started = time.perf_counter()
-
-        def report(
-            outcome: str, snapshot: Snapshot, retry_count: int = 0, reason: str | None = None
-        ) -> None:
-            """The design's memory event for this commit (log line and span attributes)."""
-            memory_event(
-                stage="commit", tool=MEMORY_TOOL_NAME, outcome=outcome, reason=reason,
-                operation_count=len(ledger.operations), targets=targets,
-                user_characters=snapshot.characters("user"),
-                memory_characters=snapshot.characters("memory"),
-                duration_ms=(time.perf_counter() - started) * 1000, retry_count=retry_count,
-            )
-
-        # report() puts the memory event on this span too (memory.* attributes).
+        # report_commit() puts the memory event on this span too (memory.* attributes).
         with tracer.start_as_current_span("memory.commit"):
+            task = asyncio.ensure_future(
+                memory.commit_in_worker(ctx.user_id, list(ledger.batches), ctx.cancel_event)
+            )
             try:
-                result = await _commit_guarded(memory, ctx.user_id, batches, ctx.cancel_event)
-            except MemoryValidationError as error:
-                # The latest stored memory no longer accepts the batch (a concurrent change):
-                # rejected clearly, nothing written.
-                report("failed", ctx.baseline, reason=error.code)
-                return _memory_event("failed", ctx.baseline)
+                result = await finish_even_if_cancelled(
+                    task, on_cancel=ctx.cancel_event.set, cleanup_seconds=None
+                )
             except asyncio.CancelledError:
-                report("cancelled", ctx.baseline)
+                if task.done() and not task.cancelled() and task.exception() is None:
+                    # The worker passed its last check before the cancellation reached it: the
+                    # commit landed, so the turn succeeded whatever happens to the client now.
+                    self._committed(ctx, ledger, finish, task.result(), started)
+                else:
+                    report_commit(ledger, "cancelled", ctx.baseline, started=started)
                 raise
+            except MemoryValidationError as error:
+                # The latest stored memory no longer accepts the batch (a concurrent change,
+                # e.g. the entry an edit was made against is gone): refused whole, nothing written.
+                ctx.ledger = None
+                report_commit(ledger, "failed", ctx.baseline, reason=error.code, started=started)
+                return self._seal(finish, _memory_event("failed", ctx.baseline, reason=error.code))
             except Exception as error:
-                if ctx.cancel_event.is_set():
-                    raise
-                report("failed", ctx.baseline, reason=type(error).__name__)
-                return _memory_event("failed", ctx.baseline)
-            report("committed", result.snapshot, retry_count=result.retry_count)
-            ctx.ledger = None  # committed: nothing is left to stage or discard
-            return _memory_event("committed", result.snapshot)
+                ctx.ledger = None
+                reason = type(error).__name__
+                report_commit(ledger, "failed", ctx.baseline, reason=reason, started=started)
+                return self._seal(
+                    finish, _memory_event("failed", ctx.baseline, reason="memory_unavailable")
+                )
+            return self._committed(ctx, ledger, finish, result, started)
+
+    def _committed(
+        self,
+        ctx: TurnContext,
+        ledger: MemoryLedger,
+        finish: FinishReason,
+        result: CommitResult,
+        started: float,
+    ) -> _Settled:
+        ctx.ledger = None  # committed: nothing is left to stage or discard
+        outcome: CommitOutcome = "committed" if result.changed else "none"
+        report_commit(ledger, outcome, result.snapshot, retry_count=result.retry_count,
+                      started=started)
+        return self._seal(finish, _memory_event(outcome, result.snapshot))
 
     # -- transcript ----------------------------------------------------------------------------
 
@@ -382,39 +435,51 @@ class Turn:
             return
         await conversations.append(ctx.conversation_id, ctx.turn_id, role, content, status)
 
-    async def _store_shielded(
-        self, ctx: TurnContext | None, content: str, status: MessageStatus
-    ) -> None:
-        """Cleanup that must finish even while the turn is being cancelled."""
-        task = asyncio.ensure_future(self._store(ctx, "assistant", content, status))
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            await asyncio.wait([task], timeout=CLEANUP_SECONDS)
-            raise
+    async def _end_transcript(self, content: str, status: MessageStatus) -> None:
+        """The turn's one assistant row. It is written once: a second call (a cancellation
+        arriving while the first write runs) waits for the same write."""
+        if self._transcript is None:
+            self._transcript = asyncio.ensure_future(
+                self._store(self.context, "assistant", content, status)
+            )
+        await finish_even_if_cancelled(self._transcript)
 
 
-async def _commit_guarded(
-    memory: MemoryService,
-    user_id: str,
-    batches: Sequence[Sequence[Any]],
-    cancel_event: threading.Event,
-) -> Any:
-    """`commit_in_worker` in its own task: a cancellation sets the event first, then waits for
-    the worker to roll back, so no commit can land after the turn has been abandoned."""
-    task = asyncio.ensure_future(memory.commit_in_worker(user_id, batches, cancel_event))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        cancel_event.set()
-        await asyncio.wait([task], timeout=CLEANUP_SECONDS)
-        if task.done() and not task.cancelled():
-            task.exception()  # the rollback is the expected outcome
-        raise
+@dataclass
+class _Settled:
+    """A turn past its commit point: how it finished and the memory event that reports it."""
+
+    finish: FinishReason
+    event: MemoryEvent
+    reported: bool = False
 
 
-def _memory_event(outcome: CommitOutcome, snapshot: Snapshot) -> MemoryEvent:
-    return MemoryEvent(outcome, snapshot.characters("user"), snapshot.characters("memory"))
+def report_commit(
+    ledger: MemoryLedger,
+    outcome: str,
+    snapshot: Snapshot,
+    *,
+    retry_count: int = 0,
+    reason: str | None = None,
+    started: float | None = None,
+) -> None:
+    """The design's memory event for this commit (log line and span attributes)."""
+    memory_event(
+        stage="commit", tool=MEMORY_TOOL_NAME, outcome=outcome, reason=reason,
+        operation_count=len(ledger.operations), targets=count_targets(ledger.operations),
+        user_characters=snapshot.characters("user"),
+        memory_characters=snapshot.characters("memory"),
+        duration_ms=(time.perf_counter() - started) * 1000 if started is not None else 0.0,
+        retry_count=retry_count,
+    )
+
+
+def _memory_event(
+    outcome: CommitOutcome, snapshot: Snapshot, *, reason: str | None = None
+) -> MemoryEvent:
+    return MemoryEvent(
+        outcome, snapshot.characters("user"), snapshot.characters("memory"), reason=reason
+    )
 
 
 def _assistant_message(text: str, calls: Sequence[ToolCallRequest]) -> Message:
@@ -459,6 +524,8 @@ async def stream_turn(turn: Turn) -> AsyncGenerator[TurnEvent, None]:
         if not task.done():
             turn.cancel_event.set()
             task.cancel()
+        # Shielded: this generator is closed by a cancelled consumer, and the turn's own
+        # cleanup (rollback, transcript row) must still run to its end.
         with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
             await asyncio.wait([task])
         if task.done() and not task.cancelled():

@@ -448,7 +448,10 @@ class ChatCompletionsTransport(httpx.AsyncBaseTransport):
             return httpx.Response(404, json={"error": {"message": "not found"}})
         body = json.loads(await request.aread())
         chat = ChatRequest.from_body(body)
-        reply = await self.responder(chat)
+        return await self.respond(chat, await self.responder(chat))
+
+    async def respond(self, chat: ChatRequest, reply: Reply) -> httpx.Response:
+        """The HTTP response that serves `reply` to `chat` (streamed when it asked for a stream)."""
         if isinstance(reply, Hang):
             await asyncio.Event().wait()  # until the caller gives up
             raise AssertionError("unreachable")

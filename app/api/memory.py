@@ -58,7 +58,8 @@ class MemoryDocument(BaseModel):
 
 
 class MemoryState(BaseModel):
-    status: Literal["available"]
+    # "disabled": the feature flag is off; entries stay readable and deletable, not editable.
+    status: Literal["available", "disabled"]
     schema_version: int
     user: MemoryDocument
     memory: MemoryDocument
@@ -95,10 +96,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def memory_state(snapshot: Snapshot) -> MemoryState:
+def memory_state(snapshot: Snapshot, *, enabled: bool = True) -> MemoryState:
     return MemoryState.model_validate(
         {
-            "status": "available",
+            "status": "available" if enabled else "disabled",
             "schema_version": SCHEMA_VERSION,
             "user": document(snapshot, "user"),
             "memory": document(snapshot, "memory"),
@@ -120,7 +121,7 @@ async def read_memory(scope: MemoryScope, runtime: RuntimeDep) -> MemoryState:
     except MemoryUnavailableError:
         logger.warning("memory.read_failed", route="api")
         raise _unavailable() from None
-    return memory_state(snapshot)
+    return memory_state(snapshot, enabled=scope.writes_enabled)
 
 
 @router.post(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from app.memory.rules import Operation, Snapshot, apply_operations
+from app.memory.rules import Operation, Snapshot, apply_operations, pin, resolve_operations
 
 Batch = tuple[Operation, ...]
 
@@ -13,7 +13,10 @@ Batch = tuple[Operation, ...]
 @dataclass
 class MemoryLedger:
     """Staged state for one turn. Each tool call is kept as its own batch so that the commit
-    replays exactly what was validated, batch by batch, on the latest stored snapshot."""
+    replays exactly what was validated, batch by batch, on the latest stored snapshot.
+
+    Staged batches are pinned: each replace or remove names the whole entry its `match` found
+    in the snapshot the model saw, so a commit can only ever touch that entry."""
 
     snapshot: Snapshot
     batches: list[Batch] = field(default_factory=list)
@@ -29,9 +32,10 @@ class MemoryLedger:
 
 def stage_operations(ledger: MemoryLedger, operations: Sequence[Operation]) -> Snapshot:
     """Validate a batch against the staged state; a rejected batch leaves the ledger untouched."""
-    updated = apply_operations(ledger.snapshot, operations)
+    updated, changes = resolve_operations(ledger.snapshot, operations)
     ledger.snapshot = updated
-    ledger.batches.append(tuple(operations))
+    ledger.batches.append(tuple(pin(op, change) for op, change in zip(operations, changes,
+                                                                        strict=True)))
     return updated
 
 

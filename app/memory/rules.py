@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 from app.memory import scanning
@@ -31,6 +31,7 @@ ErrorCode = Literal[
     "invalid_operation",
     "match_not_found",
     "match_ambiguous",
+    "stale_match",
     "duplicate_entry",
     "forbidden_content",
     "unsafe_content",
@@ -61,10 +62,29 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Operation:
+    """One edit. `pinned` operations come from a staged batch: their `match` is the whole entry
+    the model's edit resolved to when it was staged, and they apply to that entry only."""
+
     target: Target
     action: Action
     match: str | None = None
     content: str | None = None
+    pinned: bool = False
+
+
+@dataclass(frozen=True)
+class Change:
+    """What one applied operation did: the entry it matched (`before`) and the entry it wrote
+    (`after`). An add of an entry already present has neither: it changed nothing."""
+
+    target: Target
+    action: Action
+    before: str | None
+    after: str | None
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
 
 
 def rendered_length(entries: Sequence[str]) -> int:
@@ -198,16 +218,32 @@ def find_index(entries: Sequence[str], match: str) -> int:
     return found[0]
 
 
-def _apply_one(entries: list[str], operation: Operation) -> None:
+def find_pinned(entries: Sequence[str], entry: str) -> int:
+    """The index of exactly the entry a staged edit saw; gone or changed since is stale."""
+    for index, candidate in enumerate(entries):
+        if candidate == entry:
+            return index
+    raise MemoryValidationError(
+        "The entry this edit was made against has changed or gone since it was staged.",
+        code="stale_match",
+    )
+
+
+def _apply_one(entries: list[str], operation: Operation) -> Change:
     if operation.action == "add":
         entry = normalize_entry(operation.content)
-        if entry not in entries:
-            entries.append(entry)
-        return
-    index = find_index(entries, normalize_match(operation.match))
+        if entry in entries:
+            return Change(operation.target, "add", None, None)  # a retry or a known fact
+        entries.append(entry)
+        return Change(operation.target, "add", None, entry)
+    if operation.pinned:
+        index = find_pinned(entries, operation.match or "")
+    else:
+        index = find_index(entries, normalize_match(operation.match))
+    before = entries[index]
     if operation.action == "remove":
         del entries[index]
-        return
+        return Change(operation.target, "remove", before, None)
     entry = normalize_entry(operation.content)
     if any(other == entry for position, other in enumerate(entries) if position != index):
         raise MemoryValidationError(
@@ -215,6 +251,7 @@ def _apply_one(entries: list[str], operation: Operation) -> None:
             code="duplicate_entry",
         )
     entries[index] = entry
+    return Change(operation.target, "replace", before, entry)
 
 
 def validate_capacity(snapshot: Snapshot) -> None:
@@ -228,8 +265,11 @@ def validate_capacity(snapshot: Snapshot) -> None:
             )
 
 
-def apply_operations(snapshot: Snapshot, operations: Sequence[Operation]) -> Snapshot:
-    """Apply an ordered batch; each step sees the previous result; capacity is checked last."""
+def resolve_operations(
+    snapshot: Snapshot, operations: Sequence[Operation]
+) -> tuple[Snapshot, tuple[Change, ...]]:
+    """Apply an ordered batch and say what each operation did; each step sees the previous
+    result; capacity is checked after the whole batch. Nothing is applied unless all of it is."""
     if not operations:
         raise MemoryValidationError("operations must hold at least one operation.")
     if len(operations) > MAX_OPERATIONS:
@@ -240,16 +280,29 @@ def apply_operations(snapshot: Snapshot, operations: Sequence[Operation]) -> Sna
         "user": list(snapshot.user),
         "memory": list(snapshot.memory),
     }
+    changes: list[Change] = []
     for position, operation in enumerate(operations, start=1):
         try:
             check_fields(operation)
-            _apply_one(entries[operation.target], operation)
+            changes.append(_apply_one(entries[operation.target], operation))
         except MemoryValidationError as error:
             prefix = f"Operation {position} ({operation.action} on {operation.target}): "
             raise MemoryValidationError(prefix + error.message, code=error.code) from None
     updated = Snapshot(user=tuple(entries["user"]), memory=tuple(entries["memory"]))
     validate_capacity(updated)
-    return updated
+    return updated, tuple(changes)
+
+
+def apply_operations(snapshot: Snapshot, operations: Sequence[Operation]) -> Snapshot:
+    """Apply an ordered batch; each step sees the previous result; capacity is checked last."""
+    return resolve_operations(snapshot, operations)[0]
+
+
+def pin(operation: Operation, change: Change) -> Operation:
+    """The staged form of an operation: a replace or remove bound to the entry it matched."""
+    if operation.action == "add":
+        return operation
+    return replace(operation, match=change.before, pinned=True)
 
 
 def parse_operations(payload: object) -> list[Operation]:

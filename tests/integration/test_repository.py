@@ -196,8 +196,8 @@ def test_commit_applies_staged_batches_to_the_latest_snapshot(engine: Engine) ->
 
 
 def test_a_stale_edit_is_rejected_clearly(engine: Engine) -> None:
-    """If another request removed the entry a staged edit targets, the commit fails with the
-    match error and changes nothing, instead of editing some other entry."""
+    """If another request removed the entry a staged edit targets, the commit fails as stale
+    and changes nothing, instead of editing some other entry."""
     service = MemoryService(engine)
     service.commit_operations("alice", add("memory", "Deploys run on Fridays."))
     ledger = MemoryLedger(snapshot=service.read("alice"))
@@ -205,7 +205,7 @@ def test_a_stale_edit_is_rejected_clearly(engine: Engine) -> None:
     service.commit_operations("alice", [[Operation("memory", "remove", match="Fridays")]])
     with pytest.raises(MemoryValidationError) as caught:
         service.commit_operations("alice", ledger.batches)
-    assert caught.value.code == "match_not_found"
+    assert caught.value.code == "stale_match"
     assert rows(engine, "alice") == {}
 
 

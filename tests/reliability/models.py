@@ -9,12 +9,9 @@ before the commit began, with no timing assumption.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import threading
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 import httpx
 
@@ -30,6 +27,7 @@ from app.agent.offline import (
     error_body,
     stream_body,
 )
+from tests.support.gates import Gates
 
 FINAL_TEXT = "Saved. Both notes are kept for later turns."
 _KEY = re.compile(r"\bpair (?P<key>[A-Za-z0-9-]+)")
@@ -68,44 +66,6 @@ def pair_reply(request: ChatRequest) -> Reply:
         {"target": "memory", "action": "add", "content": memory},
     ]}
     return ToolCalls((ToolCall("memory_update", json.dumps(arguments), "call_pair_1"),))
-
-
-@dataclass
-class Gates:
-    """Per-turn gates shared between the test's thread and the server's event loop."""
-
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _released: set[str] = field(default_factory=set)
-    _waiting: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(
-        default_factory=dict
-    )
-    held: set[str] = field(default_factory=set)  # turns that reached their gate
-    abandoned: set[str] = field(default_factory=set)  # turns cancelled while held
-
-    def release(self, key: str) -> None:
-        with self._lock:
-            self._released.add(key)
-            waiting = self._waiting.get(key)
-        if waiting is not None:
-            loop, event = waiting
-            loop.call_soon_threadsafe(event.set)
-
-    async def wait(self, key: str) -> None:
-        with self._lock:
-            self.held.add(key)
-            if key in self._released:
-                return
-            event = asyncio.Event()
-            self._waiting[key] = (asyncio.get_running_loop(), event)
-        try:
-            await event.wait()
-        except asyncio.CancelledError:
-            with self._lock:
-                self.abandoned.add(key)
-            raise
-        finally:
-            with self._lock:
-                self._waiting.pop(key, None)
 
 
 def _finishes(chunk: bytes) -> bool:

@@ -26,16 +26,17 @@ from app.agent.offline import words
 from app.main import create_app
 from tests.reliability.models import (
     FINAL_TEXT,
-    Gates,
     PairModelTransport,
     pair_entries,
     pair_message,
 )
 from tests.support.apps import api_settings
 from tests.support.databases import stored
+from tests.support.gates import Gates
 from tests.support.server import live_server
 from tests.support.sse import aiter_events
 from tests.support.tokens import dev_auth
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -155,6 +156,11 @@ def test_cut_turns_commit_nothing_and_committed_turns_are_stored(
             assert time.monotonic() < deadline, f"{len(pending)} turns never ended"
             if pending:
                 time.sleep(0.1)
+        # Every turn has ended. Open the gates the cut turns never passed: a turn the server
+        # had kept alive behind its client's back would now complete and commit.
+        for plan in turns:
+            gates.release(plan.key)
+        wait_for(lambda: all(turn_ended(url, plan) for plan in turns), "every turn ended")
 
     outcomes: Counter[str] = Counter()
     for plan in turns:
@@ -177,6 +183,7 @@ def test_cut_turns_commit_nothing_and_committed_turns_are_stored(
     # Turns held at their gate when the client left were cancelled there by the server.
     held_and_left = {p.key for p in turns if not p.gate_opened and p.key in gates.held}
     assert held_and_left <= gates.abandoned
+    assert not {p.key for p in turns if not p.gate_opened} & gates.passed
     print(f"\ncancellation soak ({TURNS} turns): {dict(sorted(outcomes.items()))}; "
           f"cancelled at the gate: {len(gates.abandoned)}")
     assert all(outcomes[f"{kind}:not stored"] + outcomes[f"{kind}:stored"] for kind in KINDS)

@@ -12,11 +12,15 @@ from __future__ import annotations
 import inspect
 import json
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from app.agent.offline import (
+    AsyncIteratorStream,
     BrokenStream,
     ChatCompletionsTransport,
     ChatRequest,
@@ -26,14 +30,17 @@ from app.agent.offline import (
     Text,
     ToolCall,
     ToolCalls,
+    stream_body,
 )
 from app.main import create_app
 from app.settings import Settings
+from tests.support.gates import Gates
 from tests.support.server import live_server
 
 __all__ = [
     "BrokenStream",
     "Hang",
+    "HeldText",
     "HttpError",
     "ScriptedModel",
     "Text",
@@ -44,7 +51,44 @@ __all__ = [
     "serve_with_model",
 ]
 
-Step = Reply | Callable[[ChatRequest], Reply | Awaitable[Reply]]
+
+
+@dataclass(frozen=True)
+class HeldText:
+    """Streams `text` like `Text`, but waits at `gates` (key `key`) before the finishing chunk:
+    the model would complete the answer once the test opens the gate."""
+
+    text: str
+    gates: Gates
+    key: str
+
+
+Step = Reply | HeldText | Callable[[ChatRequest], Reply | HeldText | Awaitable[Reply | HeldText]]
+
+
+def _finishes(chunk: bytes) -> bool:
+    payload = chunk.removeprefix(b"data: ").strip()
+    if not payload.startswith(b"{"):
+        return False
+    return any(choice.get("finish_reason") for choice in json.loads(payload).get("choices") or [])
+
+
+class ScriptedTransport(ChatCompletionsTransport):
+    """The offline model's wire format for scripted replies, `HeldText` included."""
+
+    async def respond(self, chat: ChatRequest, reply: Any) -> httpx.Response:
+        if not isinstance(reply, HeldText):
+            return await super().respond(chat, reply)
+        held = reply
+
+        async def chunks() -> AsyncIterator[bytes]:
+            async for chunk in stream_body(chat, Text(held.text), self.delay_seconds):
+                if _finishes(chunk):
+                    await held.gates.wait(held.key)
+                yield chunk
+
+        return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                              stream=AsyncIteratorStream(chunks()))
 
 
 def memory_call(*operations: Mapping[str, Any], call_id: str = "call_1", **extra: Any) -> ToolCalls:
@@ -61,7 +105,7 @@ class ScriptedModel:
         self.requests: list[ChatRequest] = []
         self.unexpected: list[ChatRequest] = []
 
-    async def __call__(self, request: ChatRequest) -> Reply:
+    async def __call__(self, request: ChatRequest) -> Reply | HeldText:
         with self._lock:
             self.requests.append(request)
             if not self._steps:
@@ -87,7 +131,7 @@ class ScriptedModel:
         return [request.system_text() for request in self.requests]
 
     def transport(self) -> ChatCompletionsTransport:
-        return ChatCompletionsTransport(self)
+        return ScriptedTransport(self)  # type: ignore[arg-type]
 
     def assert_done(self) -> None:
         assert not self.unexpected, (
@@ -105,7 +149,7 @@ def routed_transport(models: Mapping[str, ScriptedModel]) -> ChatCompletionsTran
             raise AssertionError(f"request for unscripted model {request.model!r}")
         return await model(request)
 
-    return ChatCompletionsTransport(respond)
+    return ScriptedTransport(respond)  # type: ignore[arg-type]
 
 
 @contextmanager

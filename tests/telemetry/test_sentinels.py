@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -221,7 +222,8 @@ def run(
         telemetry_capture_content=capture,
     )
     app = create_app(settings, model_transport=ChatCompletionsTransport(scripted_or_offline))
-    token = dev_token(f"sentinel-user-{log_format}-{capture}")
+    # A fresh subject per run: the session database keeps earlier runs' memory.
+    token = dev_token(f"sentinel-user-{log_format}-{capture}-{uuid.uuid4().hex[:8]}")
     with capture_telemetry(capfd) as captured:
         with live_server(app) as base:
             client = Client(base, token)

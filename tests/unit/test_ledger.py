@@ -18,8 +18,10 @@ def test_staging_updates_the_snapshot_and_keeps_the_batch() -> None:
     stage_operations(ledger, [ADD_TEA])
     result = stage_operations(ledger, [ADD_CI, Operation("user", "remove", match="tea")])
     assert result == ledger.snapshot == Snapshot(memory=("CI runs on GitHub Actions.",))
-    assert ledger.batches == [(ADD_TEA,), (ADD_CI, Operation("user", "remove", match="tea"))]
-    assert ledger.operations == [ADD_TEA, ADD_CI, Operation("user", "remove", match="tea")]
+    # The remove is kept pinned to the whole entry its match found, not to the substring.
+    pinned_remove = Operation("user", "remove", match="The user likes tea.", pinned=True)
+    assert ledger.batches == [(ADD_TEA,), (ADD_CI, pinned_remove)]
+    assert ledger.operations == [ADD_TEA, ADD_CI, pinned_remove]
     assert ledger.staged
 
 
@@ -86,11 +88,48 @@ def test_replay_checks_capacity_after_each_batch_exactly_as_staged() -> None:
     assert caught.value.code == "capacity_exceeded"
 
 
-def test_replay_fails_when_the_newer_snapshot_makes_a_match_ambiguous() -> None:
-    """A staged edit that no longer identifies exactly one entry is rejected, never guessed."""
+def test_a_staged_edit_keeps_the_entry_it_saw_when_its_match_became_ambiguous() -> None:
+    """Another writer added an entry that the substring also matches: the staged edit still
+    resolves to the entry the model saw, never to the newcomer, and never fails for it."""
     ledger = MemoryLedger(snapshot=Snapshot(user=("The user likes tea.",)))
     stage_operations(ledger, [Operation("user", "remove", match="likes")])
     newer = Snapshot(user=("The user likes tea.", "The user likes jazz."))
+    assert replay(newer, ledger.batches).user == ("The user likes jazz.",)
+
+
+def test_a_staged_edit_never_lands_on_an_entry_the_model_did_not_see() -> None:
+    """Staged `replace match="tea"` against "The user likes tea."; meanwhile another writer
+    turned that entry into coffee and added a tea-ceremony entry. The substring would now hit
+    the newcomer; the pinned edit refuses the whole batch as stale instead."""
+    ledger = MemoryLedger(snapshot=Snapshot(user=("The user likes tea.",)))
+    stage_operations(ledger, [
+        Operation("memory", "add", content="Staged next to the edit."),
+        Operation("user", "replace", match="tea", content="The user likes green tea."),
+    ])
+    newer = Snapshot(user=("The user likes coffee.", "The user is a tea ceremony teacher."))
     with pytest.raises(MemoryValidationError) as caught:
         replay(newer, ledger.batches)
-    assert caught.value.code == "match_ambiguous"
+    assert caught.value.code == "stale_match"
+
+
+@pytest.mark.parametrize("action", ["replace", "remove"])
+def test_a_staged_edit_whose_entry_is_gone_is_stale(action: str) -> None:
+    """The entry an edit was staged against was removed meanwhile: stale, nothing applied."""
+    ledger = MemoryLedger(snapshot=Snapshot(memory=("Deploys run on Fridays.",)))
+    content = "Deploys run on Mondays." if action == "replace" else None
+    stage_operations(ledger, [Operation("memory", action, match="Fridays",  # type: ignore[arg-type]
+                                        content=content)])
+    with pytest.raises(MemoryValidationError) as caught:
+        replay(Snapshot(memory=("Another fact.",)), ledger.batches)
+    assert caught.value.code == "stale_match"
+
+
+def test_an_edit_of_an_entry_staged_earlier_in_the_turn_replays() -> None:
+    """A turn may add an entry and then edit it: the pin names the entry the turn itself added,
+    which the replay re-creates first."""
+    ledger = MemoryLedger(snapshot=Snapshot())
+    stage_operations(ledger, [Operation("memory", "add", content="Draft fact.")])
+    stage_operations(ledger, [Operation("memory", "replace", match="Draft",
+                                        content="Final fact.")])
+    newer = Snapshot(memory=("Other writer's fact.",))
+    assert replay(newer, ledger.batches).memory == ("Other writer's fact.", "Final fact.")

@@ -1,0 +1,35 @@
+"""One helper for work that must finish even when the task awaiting it is cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# How long a cancelled caller keeps waiting for cleanup it started (a rollback, a transcript row).
+CLEANUP_SECONDS = 10.0
+
+
+async def finish_even_if_cancelled(
+    work: Awaitable[T],
+    *,
+    on_cancel: Callable[[], None] | None = None,
+    cleanup_seconds: float | None = CLEANUP_SECONDS,
+) -> T:
+    """Await `work` in its own task. If the caller is cancelled meanwhile, call `on_cancel`
+    (e.g. set a worker's cancel event), wait up to `cleanup_seconds` for the task to end, and
+    re-raise the cancellation: the caller never abandons work that decides what was committed.
+    `cleanup_seconds=None` waits as long as the work takes (it must be bounded by itself, as a
+    database transaction is by its statement and lock timeouts)."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if on_cancel is not None:
+            on_cancel()
+        await asyncio.wait([task], timeout=cleanup_seconds)
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: the caller's cancellation is what propagates
+        raise
