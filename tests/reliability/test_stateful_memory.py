@@ -77,7 +77,15 @@ def is_hostile(text: str) -> bool:
 
 def model_apply(state: State, batch: list[Operation]) -> State | None:
     """The rules, restated plainly; None means the whole batch is refused."""
+    applied = model_stage(state, batch)
+    return applied[0] if applied is not None else None
+
+
+def model_stage(state: State, batch: list[Operation]) -> tuple[State, list[Operation]] | None:
+    """`model_apply`, plus the batch as staging keeps it: each replace and remove pinned to the
+    whole entry it matched, which is the only entry a later replay may touch."""
     entries = {target: list(values) for target, values in state.items()}
+    pinned: list[Operation] = []
     for operation in batch:
         values = entries[operation.target]
         needs_match = operation.action in ("replace", "remove")
@@ -92,13 +100,19 @@ def model_apply(state: State, batch: list[Operation]) -> State | None:
         if operation.action == "add":
             if content not in values:
                 values.append(content)
+            pinned.append(operation)
             continue
-        match = normalized(operation.match or "")
-        found = [i for i, value in enumerate(values) if value == match] or [
-            i for i, value in enumerate(values) if match and match in value
-        ]
+        if operation.pinned:
+            found = [i for i, value in enumerate(values) if value == operation.match]
+        else:
+            match = normalized(operation.match or "")
+            found = [i for i, value in enumerate(values) if value == match] or [
+                i for i, value in enumerate(values) if match and match in value
+            ]
         if len(found) != 1:
             return None
+        pinned.append(Operation(operation.target, operation.action, match=values[found[0]],
+                                content=operation.content, pinned=True))
         if operation.action == "remove":
             del values[found[0]]
         elif any(value == content for i, value in enumerate(values) if i != found[0]):
@@ -107,7 +121,7 @@ def model_apply(state: State, batch: list[Operation]) -> State | None:
             values[found[0]] = content
     if any(len(SEPARATOR.join(values)) > LIMITS[target] for target, values in entries.items()):
         return None
-    return entries
+    return entries, pinned
 
 
 def as_state(snapshot: Snapshot) -> State:
@@ -190,7 +204,7 @@ class MemoryMachine(RuleBasedStateMachine):
     @rule(turn=turns, data=st.data())
     def stage(self, turn: OpenTurn, data: st.DataObject) -> None:
         batch = self._batch(data, turn.staged)
-        expected = model_apply(turn.staged, batch)
+        expected = model_stage(turn.staged, batch)
         before = (turn.ledger.snapshot, list(turn.ledger.batches))
         try:
             stage_operations(turn.ledger, batch)
@@ -199,8 +213,9 @@ class MemoryMachine(RuleBasedStateMachine):
             assert (turn.ledger.snapshot, turn.ledger.batches) == before
         else:
             assert expected is not None, batch
-            turn.staged = expected
-            turn.batches.append(batch)
+            turn.staged, pinned = expected
+            assert list(turn.ledger.batches[-1]) == pinned
+            turn.batches.append(pinned)
         assert as_state(turn.ledger.snapshot) == turn.staged
 
     @rule(turn=consumes(turns))
