@@ -62,9 +62,10 @@ def mariadb_database() -> Iterator[str]:
     admin = create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     try:
         with admin.connect() as connection:
-            connection.execute(
-                text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-            )
+            # The server's default character set and collation (case- and accent-insensitive
+            # on a stock MariaDB): exact identity must come from the schema, not from the
+            # database the service happens to be given.
+            connection.execute(text(f"CREATE DATABASE `{name}`"))
     except Exception as error:  # pragma: no cover
         raise RuntimeError(
             f"MariaDB is not reachable at {MARIADB_ADMIN_URL}: start it (scripts/test does)"
