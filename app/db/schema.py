@@ -25,7 +25,7 @@ from sqlalchemy import (
     func,
 )
 
-from app.db.types import Identifier, document_text, long_text, short_text
+from app.db.types import Identifier, document_text, long_text, precise_timestamp, short_text
 
 PREFIX = "amem_"
 SUBJECT_CHARS = 128  # the token's `sub`, at most 128 characters (the public contract)
@@ -67,8 +67,8 @@ conversations = Table(
     Column("id", Identifier(ID_CHARS), nullable=False),
     Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
     Column("title", short_text(200), nullable=False),
-    Column("created_at", DateTime, nullable=False, server_default=func.current_timestamp()),
-    Column("updated_at", DateTime, nullable=False, server_default=func.current_timestamp()),
+    Column("created_at", precise_timestamp(), nullable=False),
+    Column("updated_at", precise_timestamp(), nullable=False),
     PrimaryKeyConstraint("id", name=f"pk_{PREFIX}conversations"),
     Index(f"ix_{PREFIX}conversations_user_updated", "user_id", "updated_at"),
     **MYSQL_OPTIONS,
@@ -83,7 +83,7 @@ conversation_messages = Table(
     Column("role", String(16), nullable=False),
     Column("content", long_text(), nullable=False),
     Column("status", String(16), nullable=False, server_default="complete"),
-    Column("created_at", DateTime, nullable=False, server_default=func.current_timestamp()),
+    Column("created_at", precise_timestamp(), nullable=False),
     PrimaryKeyConstraint("id", name=f"pk_{PREFIX}conversation_messages"),
     ForeignKeyConstraint(
         ["conversation_id"],

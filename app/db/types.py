@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import VARBINARY, String, TypeDecorator, Unicode, UnicodeText
+from sqlalchemy import VARBINARY, DateTime, String, TypeDecorator, Unicode, UnicodeText
 from sqlalchemy.dialects import mssql, mysql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeEngine
@@ -102,4 +102,15 @@ def long_text() -> TypeEngine[str]:
         UnicodeText()
         .with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
         .with_variant(mssql.NVARCHAR(), "mssql")
+    )
+
+
+def precise_timestamp() -> TypeEngine[Any]:
+    """A UTC moment to the microsecond, which the application writes (no server default:
+    MySQL refuses `DEFAULT CURRENT_TIMESTAMP` on a fractional column). MariaDB/MySQL DATETIME
+    and SQL Server DATETIME would round to the second or to 3 ms, and transcripts order by it."""
+    return (
+        DateTime()
+        .with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+        .with_variant(mssql.DATETIME2(precision=6), "mssql")  # type: ignore[no-untyped-call]
     )

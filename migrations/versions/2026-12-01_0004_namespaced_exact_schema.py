@@ -6,7 +6,8 @@ every table but the design's `agent_memory` carries the `amem_` prefix.
   utf8mb4 on MariaDB/MySQL, `content` NVARCHAR(max) on SQL Server.
 - feature_flags, conversations and conversation_messages are copied into amem_feature_flags,
   amem_conversations and amem_conversation_messages (final types, prefixed constraint and index
-  names, message ids kept) and dropped.
+  names, message ids kept, transcript timestamps to the microsecond and written by the
+  application) and dropped.
 
 A stricter comparison never makes two stored rows collide, so the upgrade cannot fail on data;
 rows the old collation had merged stay one row (docs/operations-databases.md). The downgrade
@@ -32,6 +33,7 @@ from app.db.types import (
     document_text,
     long_text,
     mysql_exact_collation,
+    precise_timestamp,
     short_text,
 )
 
@@ -135,8 +137,8 @@ def create_namespaced_tables() -> None:
         sa.Column("id", Identifier(36), nullable=False),
         sa.Column("user_id", Identifier(128), nullable=False),
         sa.Column("title", short_text(200), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False, server_default=now),
-        sa.Column("updated_at", sa.DateTime(), nullable=False, server_default=now),
+        sa.Column("created_at", precise_timestamp(), nullable=False),
+        sa.Column("updated_at", precise_timestamp(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_amem_conversations"),
         **MYSQL_OPTIONS,
     )
@@ -151,7 +153,7 @@ def create_namespaced_tables() -> None:
         sa.Column("role", sa.String(16), nullable=False),
         sa.Column("content", long_text(), nullable=False),
         sa.Column("status", sa.String(16), nullable=False, server_default="complete"),
-        sa.Column("created_at", sa.DateTime(), nullable=False, server_default=now),
+        sa.Column("created_at", precise_timestamp(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_amem_conversation_messages"),
         sa.ForeignKeyConstraint(
             ["conversation_id"],
