@@ -8,6 +8,7 @@ keep writing `column == value`. docs/operations-databases.md explains the choice
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import VARBINARY, DateTime, String, TypeDecorator, Unicode, UnicodeText
@@ -67,12 +68,11 @@ class Identifier(TypeDecorator[str]):
             return value.encode(MSSQL_ENCODING)
         return value
 
-    def process_literal_param(self, value: str | None, dialect: Dialect) -> str:
-        if value is None:
-            return "NULL"
+    def literal_processor(self, dialect: Dialect) -> Callable[[Any], str] | None:
         if dialect.name == "mssql":
-            return "0x" + value.encode(MSSQL_ENCODING).hex()
-        return "'" + value.replace("'", "''") + "'"
+            # A binary literal, as SQL Server writes one (used by offline SQL and debugging).
+            return lambda value: "0x" + str(value).encode(MSSQL_ENCODING).hex()
+        return super().literal_processor(dialect)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
         if isinstance(value, bytes | bytearray | memoryview):
