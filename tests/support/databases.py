@@ -79,6 +79,29 @@ def mariadb_database() -> Iterator[str]:
         admin.dispose()
 
 
+def lock_waiters(engine: Engine, statement_like: str) -> int:
+    """Sessions of this engine's database blocked in a statement LIKE `statement_like` (the
+    servers are shared: other databases' sessions do not count).
+
+    PostgreSQL reports the lock wait itself. MariaDB's INNODB_TRX is a cache that is refreshed
+    only once it has gone unread for 0.1 s, so a poll can keep it stale for ever; the process
+    list is live: a session still running the locking read while the caller holds the lock is
+    a session waiting for it.
+    """
+    with engine.connect() as connection:
+        if engine.dialect.name == "postgresql":
+            query = (
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query ILIKE :like"
+            )
+        else:
+            query = (
+                "SELECT count(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() "
+                "AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE :like"
+            )
+        return int(connection.execute(text(query), {"like": statement_like}).scalar_one())
+
+
 def migrated_engine(url: str) -> Engine:
     engine = build_engine(url)
     upgrade(engine)
