@@ -169,6 +169,14 @@ def test_live_id_columns_compare_exactly(engine: Engine) -> None:
         for table in {name for name, _ in ID_COLUMNS}
         for column in inspect(engine).get_columns(table)
     }
+    if dialect in ("mysql", "mariadb"):
+        with engine.connect() as connection:
+            database, server = connection.execute(
+                text("SELECT @@collation_database, @@collation_server")
+            ).one()
+        # The suite's databases take the server's default (case-insensitive, PAD SPACE on a
+        # stock MariaDB): exactness has to come from the schema.
+        assert database == server and not database.endswith("_bin"), database
     for key in ID_COLUMNS:
         collation = columns[key]["type"].collation  # type: ignore[attr-defined]
         if dialect == "postgresql":
