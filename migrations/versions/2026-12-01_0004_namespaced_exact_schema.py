@@ -9,13 +9,10 @@ every table but the design's `agent_memory` carries the `amem_` prefix.
   names, message ids kept, transcript timestamps to the microsecond and written by the
   application) and dropped.
 
-A stricter comparison never makes two stored rows collide, so the upgrade cannot fail on data;
-rows the old collation had merged stay one row (docs/operations-databases.md). The downgrade
-restores the previous layout and refuses, before changing anything, when agent_memory holds
-users that the old collation would merge again.
-
-The version table moves from `alembic_version` to `amem_alembic_version` around this revision
-(app/db/migrate.py), not inside it: Alembic reads the version before any migration runs.
+A stricter comparison never makes two stored rows collide; rows the old collation had merged
+stay one row (docs/operations-databases.md). The downgrade restores the previous layout and
+refuses, before any change, what it could not undo. The version table moves to
+`amem_alembic_version` around this revision (app/db/migrate.py): Alembic reads it first.
 
 Revision ID: 0004
 Revises: 0003
@@ -295,44 +292,8 @@ def loose_agent_memory() -> None:
 
 
 def create_previous_tables() -> None:
-    """The tables exactly as revisions 0002 and 0003 created them."""
-    now = sa.func.current_timestamp()
-    op.create_table(
-        "feature_flags",
-        sa.Column("name", sa.String(64), primary_key=True),
-        sa.Column("enabled", sa.Boolean(), nullable=False),
-        sa.Column("updated_by", sa.String(128), nullable=True),
-        sa.Column("updated_at", sa.DateTime(), nullable=False, server_default=now),
-    )
-    op.create_table(
-        "conversations",
-        sa.Column("id", sa.String(36), primary_key=True),
-        sa.Column("user_id", sa.String(128), nullable=False),
-        sa.Column("title", sa.String(200), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False, server_default=now),
-        sa.Column("updated_at", sa.DateTime(), nullable=False, server_default=now),
-    )
-    op.create_index("ix_conversations_user_updated", "conversations", ["user_id", "updated_at"])
-    op.create_table(
-        "conversation_messages",
-        sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
-        sa.Column(
-            "conversation_id",
-            sa.String(36),
-            sa.ForeignKey("conversations.id", ondelete="CASCADE"),
-            nullable=False,
-        ),
-        sa.Column("turn_id", sa.String(36), nullable=False),
-        sa.Column("role", sa.String(16), nullable=False),
-        sa.Column("content", sa.Text(), nullable=False),
-        sa.Column("status", sa.String(16), nullable=False, server_default="complete"),
-        sa.Column("created_at", sa.DateTime(), nullable=False, server_default=now),
-        sa.CheckConstraint("role IN ('user', 'assistant')", name="ck_conversation_messages_role"),
-        sa.CheckConstraint(
-            "status IN ('complete', 'interrupted', 'failed')",
-            name="ck_conversation_messages_status",
-        ),
-    )
-    op.create_index(
-        "ix_conversation_messages_conversation", "conversation_messages", ["conversation_id", "id"]
-    )
+    """The tables exactly as revisions 0002 and 0003 created them: by running those revisions."""
+    for previous in ("0002", "0003"):
+        script = context.script.get_revision(previous)
+        assert script is not None
+        script.module.upgrade()

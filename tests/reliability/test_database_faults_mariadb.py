@@ -1,10 +1,9 @@
 """Database faults on MariaDB: statements killed mid-transaction under load, connections
 killed and the account refused new ones during a run, privileges revoked on `agent_memory`.
 
-The MariaDB counterparts of test_database_faults.py, injected on the service's own account
-(tests/reliability/mariadb_user.py) and never on the shared server. Every fault must leave
-turns answering (status `unavailable` where memory could not be read), commit no partial batch,
-and heal without a restart once the database is back.
+The counterparts of test_database_faults.py, injected on the service's own account
+(mariadb_user.py), never on the shared server. Every fault leaves turns answering, commits no
+partial batch, and heals without a restart.
 """
 
 from __future__ import annotations
