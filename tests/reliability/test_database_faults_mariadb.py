@@ -244,7 +244,6 @@ def test_an_account_refused_mid_run_degrades_turns_and_heals(service: Faulty) ->
         assert pair_stored(service.engine, name, key) == outcome.committed, (key, outcome)
         seen[f"{outcome.memory_status}:{outcome.memory}"] += 1
     assert not pair_stored(service.engine, "down-0", "down-api")
-    print(f"\noutcomes: {dict(seen)}")
     assert seen["unavailable:none"] > 0, "no turn ran while the account was refused"
     assert_recovered(service, "down-0", "down-after")
 
