@@ -78,6 +78,7 @@ def is_unique_violation(error: BaseException) -> bool:
     return "unique constraint failed" in str(error.orig).lower()
 
 
+
 @contextmanager
 def writer_queue(connection: Connection, user_id: str) -> Iterator[None]:
     """Queue one user's writers before their transaction takes its snapshot (PostgreSQL only).
