@@ -87,13 +87,14 @@ def cmd_flags(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from app.api.auth import MAX_SUBJECT_CHARS, DevTokens
+    from app.api.auth import DevTokens, subject_problem
 
     settings: Settings = get_settings()
     if settings.auth_mode != "dev" or settings.auth_dev_secret is None:
         return _fail("dev tokens exist only with AUTH_MODE=dev")
-    if not 1 <= len(args.sub) <= MAX_SUBJECT_CHARS:
-        return _fail(f"--sub must be 1 to {MAX_SUBJECT_CHARS} characters")
+    problem = subject_problem(args.sub)
+    if problem is not None:
+        return _fail(f"--sub {problem}")
     tokens = DevTokens(
         settings.auth_dev_secret.get_secret_value(),
         ttl_seconds=args.ttl or settings.auth_dev_token_ttl_seconds,

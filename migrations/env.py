@@ -1,4 +1,8 @@
-"""Alembic environment: uses the connection handed in by app.db.migrate, or the configured URL."""
+"""Alembic environment: uses the connection handed in by app.db.migrate, or the configured URL.
+
+The revision is kept in this project's own version table (app.db.migrate.VERSION_TABLE); a
+database still recording it in `alembic_version` from an earlier release is adopted first.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,18 @@ from alembic import context
 from sqlalchemy import Connection
 
 from app.db.engine import build_engine
+from app.db.migrate import CONTEXT_OPTIONS, adopt_legacy_version, restore_legacy_version
 from app.db.schema import metadata
 
 config = context.config
 
 
 def run(connection: Connection) -> None:
-    context.configure(connection=connection, target_metadata=metadata, compare_type=True)
+    adopt_legacy_version(connection)
+    context.configure(connection=connection, target_metadata=metadata, **CONTEXT_OPTIONS)
     with context.begin_transaction():
         context.run_migrations()
+    restore_legacy_version(connection)
 
 
 def run_online() -> None:
@@ -29,7 +36,9 @@ def run_online() -> None:
 
 
 if context.is_offline_mode():
-    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=metadata)
+    context.configure(
+        url=config.get_main_option("sqlalchemy.url"), target_metadata=metadata, **CONTEXT_OPTIONS
+    )
     with context.begin_transaction():
         context.run_migrations()
 else:

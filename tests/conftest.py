@@ -94,6 +94,24 @@ def db(sqlite_url: str) -> Iterator[Engine]:
         yield engine
 
 
+@pytest.fixture(
+    params=[
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
+def server_url(request: pytest.FixtureRequest) -> str:
+    """Each test of row locks, lock waits or server faults runs on PostgreSQL and MariaDB."""
+    return str(request.getfixturevalue(f"{request.param}_url"))
+
+
+@pytest.fixture
+def server_db(server_url: str) -> Iterator[Engine]:
+    """A migrated, emptied engine on each server (PostgreSQL, MariaDB)."""
+    with _fresh_engine(server_url) as engine:
+        yield engine
+
+
 @pytest.fixture
 def pg(postgres_url: str) -> Iterator[Engine]:
     """A migrated, emptied PostgreSQL engine."""

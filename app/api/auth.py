@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -71,12 +72,32 @@ def rejection(error: Exception) -> InvalidToken:
     return InvalidToken("The token is not valid.")
 
 
+# Control characters (C0, DEL, C1: NUL among them, which PostgreSQL cannot store in text) and
+# lone surrogates (not text at all). Everything else is an opaque identifier: subjects are
+# compared exactly, so a look-alike (a zero-width space, another script's "a") is simply
+# another user, never a way into someone's memory.
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cs"})
+
+
+def subject_problem(subject: str) -> str | None:
+    """Why `subject` cannot name a memory owner, or None when it can."""
+    if not 1 <= len(subject) <= MAX_SUBJECT_CHARS:
+        return f"must be 1 to {MAX_SUBJECT_CHARS} characters"
+    if not subject.strip():
+        return "must not be only whitespace"
+    if any(unicodedata.category(character) in _REFUSED_CATEGORIES for character in subject):
+        return "must not contain control characters or unpaired surrogates"
+    return None
+
+
 def identity_from_claims(claims: Mapping[str, Any]) -> Identity:
     subject = claims.get("sub")
-    if not isinstance(subject, str) or not subject.strip():
+    if not isinstance(subject, str) or not subject:
         raise InvalidToken("The token has no subject ('sub').")
-    if len(subject) > MAX_SUBJECT_CHARS:
-        raise InvalidToken(f"The token subject is longer than {MAX_SUBJECT_CHARS} characters.")
+    problem = subject_problem(subject)
+    if problem is not None:
+        # The subject itself is never echoed: it may be anything an attacker chose.
+        raise InvalidToken(f"The token subject ('sub') {problem}.")
     raw_roles = claims.get("roles")
     # A missing or odd `roles` claim grants nothing rather than failing the request.
     roles = (

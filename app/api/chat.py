@@ -45,6 +45,10 @@ def check_message(message: str, settings: Settings) -> None:
     """1..MAX_MESSAGE_CHARS characters of text, checked before anything is read or written."""
     if not message.strip():
         raise Unprocessable("message must contain text.")
+    if "\x00" in message:
+        # Refused rather than altered: PostgreSQL cannot store NUL in text, and a transcript
+        # that silently differs from what was said is worse than a clear error.
+        raise Unprocessable("message must not contain the NUL character (U+0000).")
     try:
         message.encode("utf-8")
     except UnicodeEncodeError:  # an unpaired surrogate, valid in JSON as "\ud800"

@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import error_responses
+from app.api.timestamps import iso_utc
 from app.conversations.repository import Conversation
 from app.errors import NotFound
 
@@ -19,8 +20,8 @@ def _summary(conversation: Conversation) -> dict[str, Any]:
     return {
         "id": conversation.id,
         "title": conversation.title,
-        "created_at": conversation.created_at.isoformat(),
-        "updated_at": conversation.updated_at.isoformat(),
+        "created_at": iso_utc(conversation.created_at),
+        "updated_at": iso_utc(conversation.updated_at),
     }
 
 
@@ -54,7 +55,7 @@ async def read_conversation(
                 "content": message.content,
                 "status": message.status,
                 "turn_id": message.turn_id,
-                "created_at": message.created_at.isoformat(),
+                "created_at": iso_utc(message.created_at),
             }
             for message in messages
         ],

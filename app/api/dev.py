@@ -5,16 +5,29 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from app.api.auth import MAX_SUBJECT_CHARS
+from app.api.auth import MAX_SUBJECT_CHARS, subject_problem
 from app.api.deps import RuntimeDep
 from app.api.errors import BODY_ERRORS, error_responses
 from app.errors import NotFound
 
 router = APIRouter(tags=["dev"])
 
-Subject = Annotated[str, StringConstraints(min_length=1, max_length=MAX_SUBJECT_CHARS)]
+
+def _valid_subject(subject: str) -> str:
+    """The same rule the token check applies: a token minted here is always accepted."""
+    problem = subject_problem(subject)
+    if problem is not None:
+        raise ValueError(f"the subject {problem}")
+    return subject
+
+
+Subject = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_SUBJECT_CHARS),
+    AfterValidator(_valid_subject),
+]
 Role = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 
 

@@ -4,6 +4,7 @@ during a turn so that a database outage never stops an answer."""
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
 import structlog
@@ -15,6 +16,19 @@ from app.conversations.repository import Conversation, MessageStatus, Role, Stor
 log = structlog.get_logger(__name__)
 
 TITLE_CHARS = 80
+# Conversation ids are uuid4() in canonical text form; nothing else can name one.
+_CONVERSATION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def new_conversation_id() -> str:
+    return str(uuid.uuid4())
+
+
+def is_conversation_id(value: str) -> bool:
+    """Whether `value` is shaped like an id this service issues. Anything else (control
+    characters, NUL, another case, padding) names no conversation, so it is answered as
+    absent without asking the database, which might choke on it (PostgreSQL refuses NUL)."""
+    return _CONVERSATION_ID.fullmatch(value) is not None
 
 
 def title_for(message: str) -> str:
@@ -29,6 +43,8 @@ class ConversationService:
     # -- reads and deletes for the owner (errors propagate: the routes answer them) ------------
 
     def _get(self, user_id: str, conversation_id: str) -> Conversation | None:
+        if not is_conversation_id(conversation_id):
+            return None
         with self.engine.connect() as connection:
             return repository.get(connection, user_id, conversation_id)
 
@@ -45,6 +61,8 @@ class ConversationService:
     def _messages(
         self, user_id: str, conversation_id: str, last: int | None
     ) -> list[StoredMessage] | None:
+        if not is_conversation_id(conversation_id):
+            return None
         with self.engine.connect() as connection:
             if repository.get(connection, user_id, conversation_id) is None:
                 return None
@@ -57,6 +75,8 @@ class ConversationService:
         return await asyncio.to_thread(self._messages, user_id, conversation_id, last)
 
     def _delete(self, user_id: str, conversation_id: str) -> bool:
+        if not is_conversation_id(conversation_id):
+            return False
         with self.engine.begin() as connection:
             return repository.remove(connection, user_id, conversation_id)
 
@@ -66,7 +86,7 @@ class ConversationService:
     # -- best-effort writes during a turn ------------------------------------------------------
 
     def _create(self, user_id: str, turn_id: str, first_message: str) -> str:
-        conversation_id = str(uuid.uuid4())
+        conversation_id = new_conversation_id()
         # One transaction (one commit) for the conversation and its first message: this write
         # stands between the request and the first streamed text.
         with self.engine.begin() as connection:

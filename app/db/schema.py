@@ -1,75 +1,101 @@
-"""Table definitions shared by the repositories; migrations create them, never `create_all`."""
+"""Table definitions shared by the repositories; migrations create them, never `create_all`.
+
+`agent_memory` keeps the name the design gives it; every other table (and Alembic's version
+table, see app/db/migrate.py) carries the project prefix, so that the service can share a
+database with other applications without a collision.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
     DateTime,
-    ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     SmallInteger,
     String,
     Table,
-    Text,
     func,
 )
+
+from app.db.types import Identifier, document_text, long_text, precise_timestamp, short_text
+
+PREFIX = "amem_"
+SUBJECT_CHARS = 128  # the token's `sub`, at most 128 characters (the public contract)
+ID_CHARS = 36  # a UUID in its canonical text form
+
+# Every table is utf8mb4 on MariaDB/MySQL, whatever the database's default character set.
+MYSQL_OPTIONS: dict[str, Any] = {"mysql_charset": "utf8mb4", "mariadb_charset": "utf8mb4"}
 
 metadata = MetaData()
 
 agent_memory = Table(
     "agent_memory",
     metadata,
-    Column("user_id", String(128), primary_key=True),
-    Column("memory_type", String(16), primary_key=True),
-    Column("content", Text, nullable=False),
+    Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("memory_type", String(16), nullable=False),
+    Column("content", document_text(), nullable=False),
     Column("schema_version", SmallInteger, nullable=False, server_default="1"),
     Column("created_at", DateTime, nullable=False, server_default=func.current_timestamp()),
     Column("updated_at", DateTime, nullable=False, server_default=func.current_timestamp()),
+    PrimaryKeyConstraint("user_id", "memory_type", name="pk_agent_memory"),
     CheckConstraint("memory_type IN ('user', 'memory')", name="ck_agent_memory_type"),
+    **MYSQL_OPTIONS,
 )
 
 feature_flags = Table(
-    "feature_flags",
+    f"{PREFIX}feature_flags",
     metadata,
-    Column("name", String(64), primary_key=True),
+    Column("name", Identifier(64), nullable=False),
     Column("enabled", Boolean, nullable=False),
-    Column("updated_by", String(128), nullable=True),
+    Column("updated_by", Identifier(SUBJECT_CHARS), nullable=True),
     Column("updated_at", DateTime, nullable=False, server_default=func.current_timestamp()),
+    PrimaryKeyConstraint("name", name=f"pk_{PREFIX}feature_flags"),
+    **MYSQL_OPTIONS,
 )
 
 conversations = Table(
-    "conversations",
+    f"{PREFIX}conversations",
     metadata,
-    Column("id", String(36), primary_key=True),
-    Column("user_id", String(128), nullable=False),
-    Column("title", String(200), nullable=False),
-    Column("created_at", DateTime, nullable=False, server_default=func.current_timestamp()),
-    Column("updated_at", DateTime, nullable=False, server_default=func.current_timestamp()),
-    Index("ix_conversations_user_updated", "user_id", "updated_at"),
+    Column("id", Identifier(ID_CHARS), nullable=False),
+    Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("title", short_text(200), nullable=False),
+    Column("created_at", precise_timestamp(), nullable=False),
+    Column("updated_at", precise_timestamp(), nullable=False),
+    PrimaryKeyConstraint("id", name=f"pk_{PREFIX}conversations"),
+    Index(f"ix_{PREFIX}conversations_user_updated", "user_id", "updated_at"),
+    **MYSQL_OPTIONS,
 )
 
 conversation_messages = Table(
-    "conversation_messages",
+    f"{PREFIX}conversation_messages",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column(
-        "conversation_id",
-        String(36),
-        ForeignKey("conversations.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
-    Column("turn_id", String(36), nullable=False),
+    Column("id", Integer, nullable=False, autoincrement=True),
+    Column("conversation_id", Identifier(ID_CHARS), nullable=False),
+    Column("turn_id", Identifier(ID_CHARS), nullable=False),
     Column("role", String(16), nullable=False),
-    Column("content", Text, nullable=False),
+    Column("content", long_text(), nullable=False),
     Column("status", String(16), nullable=False, server_default="complete"),
-    Column("created_at", DateTime, nullable=False, server_default=func.current_timestamp()),
-    CheckConstraint("role IN ('user', 'assistant')", name="ck_conversation_messages_role"),
-    CheckConstraint(
-        "status IN ('complete', 'interrupted', 'failed')", name="ck_conversation_messages_status"
+    Column("created_at", precise_timestamp(), nullable=False),
+    PrimaryKeyConstraint("id", name=f"pk_{PREFIX}conversation_messages"),
+    ForeignKeyConstraint(
+        ["conversation_id"],
+        [conversations.c.id],
+        name=f"fk_{PREFIX}conversation_messages_conversation",
+        ondelete="CASCADE",
     ),
-    Index("ix_conversation_messages_conversation", "conversation_id", "id"),
+    CheckConstraint("role IN ('user', 'assistant')", name=f"ck_{PREFIX}conversation_messages_role"),
+    CheckConstraint(
+        "status IN ('complete', 'interrupted', 'failed')",
+        name=f"ck_{PREFIX}conversation_messages_status",
+    ),
+    Index(f"ix_{PREFIX}conversation_messages_conversation", "conversation_id", "id"),
+    **MYSQL_OPTIONS,
 )

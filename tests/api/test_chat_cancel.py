@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from sqlalchemy import Engine, insert, select, text
+from sqlalchemy import Engine, insert, select
 
 from app.agent.loop import Turn, TurnRequest, TurnServices, collect_turn
 from app.db.schema import agent_memory
 from app.memory.service import MemoryService
 from app.runtime import build_runtime
 from tests.support.apps import api_settings
+from tests.support.databases import lock_waiters
 from tests.support.scripted import ScriptedModel, Text, memory_call
 from tests.support.waiting import await_for
 
@@ -19,23 +20,22 @@ DEADLINE_SECONDS = 15.0
 STORED = "The user likes tea."
 
 
-
-@pytest.mark.postgres
 async def test_cancelling_a_turn_blocked_in_its_commit_commits_nothing(
-    pg: Engine, postgres_url: str
+    server_db: Engine, server_url: str
 ) -> None:
     """Another connection holds the user's row lock; the turn's commit blocks on it; the turn
     task is cancelled. The cancel event reaches the worker, which rolls back once the lock is
-    released: the stored memory is unchanged."""
-    with pg.begin() as connection:
+    released: the stored memory is unchanged. On PostgreSQL and MariaDB (SQLite has no row
+    locks to block on)."""
+    with server_db.begin() as connection:
         connection.execute(insert(agent_memory).values(
             user_id="carol", memory_type="user", content=STORED))
     model = ScriptedModel([
         memory_call({"target": "user", "action": "add", "content": "The user likes coffee."}),
         Text("Saved."),
     ])
-    runtime = build_runtime(api_settings(postgres_url), model_transport=model.transport())
-    holder = pg.connect()
+    runtime = build_runtime(api_settings(server_url), model_transport=model.transport())
+    holder = server_db.connect()
     holder_transaction = holder.begin()
     try:
         holder.execute(select(agent_memory).where(agent_memory.c.user_id == "carol")
@@ -51,12 +51,7 @@ async def test_cancelling_a_turn_blocked_in_its_commit_commits_nothing(
         task = asyncio.create_task(collect_turn(turn))
 
         def commit_is_waiting_on_the_lock() -> bool:
-            with pg.connect() as probe:
-                waiting = probe.execute(text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock' AND query ILIKE '%agent_memory%FOR UPDATE%'"
-                )).scalar_one()
-            return bool(waiting)
+            return lock_waiters(server_db, "%agent_memory%FOR UPDATE%") > 0
 
         await await_for(commit_is_waiting_on_the_lock, "the commit blocking on the row lock")
         task.cancel()
@@ -67,6 +62,6 @@ async def test_cancelling_a_turn_blocked_in_its_commit_commits_nothing(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert turn.cancel_event.is_set()
-    assert MemoryService(pg).read("carol").user == (STORED,)
+    assert MemoryService(server_db).read("carol").user == (STORED,)
     await runtime.aclose()
     model.assert_done()

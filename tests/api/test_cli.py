@@ -110,6 +110,26 @@ def test_bad_arguments_fail_cleanly(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("subject", "reason"),
+    [
+        ("ali\x07ce", "control characters"),
+        ("alice\n", "control characters"),
+        ("a" * 129, "1 to 128 characters"),
+        ("   ", "only whitespace"),
+    ],
+    ids=["bell", "newline", "129-characters", "only-spaces"],
+)
+def test_token_refuses_a_subject_the_service_would_refuse(
+    subject: str, reason: str, tmp_path: Path
+) -> None:
+    """`token --sub` applies the token check's rule: a clear error, exit 2, no token printed."""
+    result = run_cli(tmp_path, "token", "--sub", subject)
+    assert result.returncode == 2, result
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: --sub must") and reason in result.stderr
+
+
+@pytest.mark.parametrize(
     ("environment", "expected"),
     [
         ({"AUTH_MODE": "bogus"}, "AUTH_MODE: Input should be 'dev' or 'oidc'"),

@@ -11,10 +11,10 @@ from tests.support.sse import names, post_chat
 from tests.support.tokens import dev_auth
 
 
-def test_history_is_sent_on_the_next_turn_and_bounded(db: Engine, sqlite_url: str) -> None:
+def test_history_is_sent_on_the_next_turn_and_bounded(engine: Engine, db_url: str) -> None:
     """The next turn of a conversation sends its earlier messages (at most HISTORY_MESSAGES)."""
     model = ScriptedModel([Text("First answer."), Text("Second answer."), Text("Third.")])
-    with serve_with_model(api_settings(sqlite_url, history_messages=2), model) as url:
+    with serve_with_model(api_settings(db_url, history_messages=2), model) as url:
         _, one = post_chat(url, dev_auth("alice"), {"message": "first question"})
         conversation_id = one[0].data["conversation_id"]
         _, two = post_chat(url, dev_auth("alice"),
@@ -37,11 +37,11 @@ def test_history_is_sent_on_the_next_turn_and_bounded(db: Engine, sqlite_url: st
     model.assert_done()
 
 
-def test_another_users_conversation_is_a_404(db: Engine, sqlite_url: str) -> None:
+def test_another_users_conversation_is_a_404(engine: Engine, db_url: str) -> None:
     """Reading, deleting or continuing someone else's conversation answers 404, never 403, and
     the model is not called for the refused turn."""
     model = ScriptedModel([Text("Private answer.")])
-    with serve_with_model(api_settings(sqlite_url), model) as url:
+    with serve_with_model(api_settings(db_url), model) as url:
         _, events = post_chat(url, dev_auth("alice"), {"message": "my secret plan"})
         conversation_id = events[0].data["conversation_id"]
         as_bob = dev_auth("bob")
@@ -56,10 +56,10 @@ def test_another_users_conversation_is_a_404(db: Engine, sqlite_url: str) -> Non
     model.assert_done()
 
 
-def test_list_newest_first_and_delete(db: Engine, sqlite_url: str) -> None:
+def test_list_newest_first_and_delete(engine: Engine, db_url: str) -> None:
     """The caller's conversations, newest first; DELETE removes one (204) and then it is 404."""
     model = ScriptedModel([Text("a"), Text("b")])
-    with serve_with_model(api_settings(sqlite_url), model) as url:
+    with serve_with_model(api_settings(db_url), model) as url:
         _, first = post_chat(url, dev_auth("alice"), {"message": "older"})
         _, second = post_chat(url, dev_auth("alice"), {"message": "newer"})
         listed = httpx.get(f"{url}/v1/conversations", headers=dev_auth("alice")).json()

@@ -15,6 +15,7 @@ from app.db.engine import SQLITE_IMMEDIATE
 from app.memory.repository import CommitCancelledError
 from app.memory.rules import MemoryValidationError, Operation
 from app.memory.service import MemoryService
+from tests.support.databases import lock_waiters
 from tests.support.memory_db import (
     add,
     cancel_on_call,
@@ -190,18 +191,10 @@ async def test_cancelling_the_task_while_the_worker_is_blocked_commits_nothing(
 
 
 async def wait_for_lock_waiter(engine: Engine) -> None:
-    """Poll (with a deadline) until the server reports a transaction waiting for a row lock."""
-    if engine.dialect.name == "postgresql":
-        query = (
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-        )
-    else:
-        query = "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
+    """Poll (with a deadline) until a session of this database waits for the row lock."""
 
     def waiting() -> bool:
-        with engine.connect() as connection:
-            return int(connection.execute(text(query)).scalar_one()) >= 1
+        return lock_waiters(engine, "%agent_memory%FOR UPDATE%") >= 1
 
     deadline = time.monotonic() + WAIT_SECONDS
     while not await asyncio.to_thread(waiting):

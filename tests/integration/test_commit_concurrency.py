@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from app.db.locking import is_retryable, is_unique_violation
 from app.memory.rules import MemoryValidationError, Operation
 from app.memory.service import BACKOFF_SECONDS, MAX_ATTEMPTS, MemoryService
-from tests.support.databases import migrated_engine, wipe
+from tests.support.databases import lock_waiters, migrated_engine, wipe
 from tests.support.memory_db import (
     add,
     commit_facts_in_process,
@@ -303,20 +303,6 @@ def open_transaction(engine: Engine, isolation: str | None = None) -> Iterator[C
         connection.close()
 
 
-def lock_waiters(engine: Engine) -> int:
-    with engine.connect() as connection:
-        if engine.dialect.name == "postgresql":
-            query = (
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-            )
-        else:
-            query = (
-                "SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
-            )
-        return int(connection.execute(text(query)).scalar_one())
-
-
 LOCK_ROW = "SELECT content FROM agent_memory WHERE user_id = :u AND memory_type = :t FOR UPDATE"
 
 
@@ -356,7 +342,10 @@ def test_a_real_deadlock_is_classified_as_retryable(server_engine: Engine) -> No
 
         thread = threading.Thread(target=first_waits)
         thread.start()
-        wait_for(lambda: lock_waiters(engine) >= 1, "the first transaction waits for the lock")
+        wait_for(
+            lambda: lock_waiters(engine, "%agent_memory%FOR UPDATE%") >= 1,
+            "the first transaction waits for the lock",
+        )
         try:
             second.execute(text(LOCK_ROW), {"u": "alice", "t": "user"})
             outcome["second"] = None

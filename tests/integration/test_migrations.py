@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 
 from app.db.engine import build_engine
 from app.db.migrate import (
+    CONTEXT_OPTIONS,
     MIGRATIONS,
     alembic_config,
     current_revision,
@@ -28,7 +29,9 @@ from app.db.schema import metadata
 from tests.support.databases import mariadb_database, postgres_database
 from tests.support.memory_db import insert_row, rows
 
-APP_TABLES = {"agent_memory", "feature_flags", "conversations", "conversation_messages"}
+APP_TABLES = set(metadata.tables)
+# The names the tables had before the namespaced schema (revision 0004).
+LEGACY_TABLES = {"feature_flags", "conversations", "conversation_messages"}
 
 
 @pytest.fixture(
@@ -60,7 +63,7 @@ def downgrade(engine: Engine, revision: str = "base") -> None:
 
 
 def app_tables(engine: Engine) -> set[str]:
-    return set(inspect(engine).get_table_names()) & APP_TABLES
+    return set(inspect(engine).get_table_names()) & (APP_TABLES | LEGACY_TABLES)
 
 
 def test_upgrade_to_head_is_idempotent(fresh_engine: Engine) -> None:
@@ -110,7 +113,7 @@ def test_migrated_schema_matches_the_table_definitions(fresh_engine: Engine) -> 
     """No drift: autogenerate finds nothing between the migrations and app.db.schema."""
     upgrade(fresh_engine)
     with fresh_engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        context = MigrationContext.configure(connection, opts=CONTEXT_OPTIONS)
         assert compare_metadata(context, metadata) == []
 
 

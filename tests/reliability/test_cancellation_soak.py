@@ -19,7 +19,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import httpx
-import pytest
 from sqlalchemy import Engine
 
 from app.agent.offline import words
@@ -37,8 +36,6 @@ from tests.support.server import live_server
 from tests.support.sse import aiter_events
 from tests.support.tokens import dev_auth
 from tests.support.waiting import wait_for
-
-pytestmark = pytest.mark.postgres
 
 TURNS = 200
 USERS = 24
@@ -136,14 +133,14 @@ async def soak(url: str, gates: Gates, turns: list[Plan]) -> None:
 
 
 def test_cut_turns_commit_nothing_and_committed_turns_are_stored(
-    pg: Engine, postgres_url: str
+    server_db: Engine, server_url: str
 ) -> None:
     """Over a few hundred turns cut at random points: a turn whose client left before the commit
     began stored nothing; a turn that delivered `memory: committed` is stored; every turn's
-    two-operation batch is stored whole or not at all."""
+    two-operation batch is stored whole or not at all. On PostgreSQL and MariaDB."""
     gates = Gates()
     settings = api_settings(
-        postgres_url, turn_timeout_seconds=DEADLINE_SECONDS, log_level="WARNING"
+        server_url, turn_timeout_seconds=DEADLINE_SECONDS, log_level="WARNING"
     )
     transport = PairModelTransport(gates=gates, delay_seconds=0.002)
     turns = plans(uuid.uuid4().hex[:6])
@@ -165,7 +162,7 @@ def test_cut_turns_commit_nothing_and_committed_turns_are_stored(
     outcomes: Counter[str] = Counter()
     for plan in turns:
         user_entry, memory_entry = pair_entries(plan.key)
-        snapshot = stored(pg, plan.user)
+        snapshot = stored(server_db, plan.user)
         has_user, has_memory = user_entry in snapshot.user, memory_entry in snapshot.memory
         assert has_user == has_memory, f"half a batch stored for {plan}"
         if plan.memory == "committed":

@@ -1,5 +1,6 @@
-"""Replicas are safe: two service processes on one PostgreSQL database lose no committed change
-and invent none, under concurrent turns and memory API writes for the same few users."""
+"""Replicas are safe: two service processes on one database (PostgreSQL, then MariaDB) lose no
+committed change and invent none, under concurrent turns and memory API writes for the same few
+users."""
 
 from __future__ import annotations
 
@@ -15,10 +16,13 @@ import pytest
 from sqlalchemy import Engine
 
 from tests.reliability.support import ServiceProcess, TurnOutcome, run_turn, service_process
-from tests.support.databases import migrated_engine, postgres_database, stored
+from tests.support.databases import (
+    mariadb_database,
+    migrated_engine,
+    postgres_database,
+    stored,
+)
 from tests.support.tokens import dev_auth
-
-pytestmark = pytest.mark.postgres
 
 USERS = ("lu-a", "lu-b", "lu-c")
 TURN_FACTS = 24  # per user, through POST /v1/chat ("remember that ...")
@@ -44,9 +48,16 @@ class Fact:
         return self.added and not self.removed
 
 
-@pytest.fixture(scope="module")
-def database() -> Iterator[tuple[str, Engine]]:
-    with postgres_database() as url:
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ],
+)
+def database(request: pytest.FixtureRequest) -> Iterator[tuple[str, Engine]]:
+    create = postgres_database if request.param == "postgres" else mariadb_database
+    with create() as url:
         engine = migrated_engine(url)
         yield url, engine
         engine.dispose()

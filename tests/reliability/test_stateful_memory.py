@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -316,10 +315,10 @@ def test_ledger_and_repository_agree_with_the_model_on_sqlite(sqlite_url: str) -
         engine.dispose()
 
 
-@pytest.mark.postgres
-def test_ledger_and_repository_agree_with_the_model_on_postgres(postgres_url: str) -> None:
-    """The same machine on PostgreSQL (serializable transaction, row locks, advisory queue)."""
-    engine = migrated_engine(postgres_url)
+def test_ledger_and_repository_agree_with_the_model_on_the_servers(server_url: str) -> None:
+    """The same machine on PostgreSQL (serializable transaction, row locks, advisory queue) and
+    on MariaDB (serializable transaction, row locks)."""
+    engine = migrated_engine(server_url)
     try:
         run_machine(engine, examples=25)
     finally:

@@ -62,9 +62,10 @@ def mariadb_database() -> Iterator[str]:
     admin = create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     try:
         with admin.connect() as connection:
-            connection.execute(
-                text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-            )
+            # The server's default character set and collation (case- and accent-insensitive
+            # on a stock MariaDB): exact identity must come from the schema, not from the
+            # database the service happens to be given.
+            connection.execute(text(f"CREATE DATABASE `{name}`"))
     except Exception as error:  # pragma: no cover
         raise RuntimeError(
             f"MariaDB is not reachable at {MARIADB_ADMIN_URL}: start it (scripts/test does)"
@@ -76,6 +77,29 @@ def mariadb_database() -> Iterator[str]:
         with admin.connect() as connection:
             connection.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
         admin.dispose()
+
+
+def lock_waiters(engine: Engine, statement_like: str) -> int:
+    """Sessions of this engine's database blocked in a statement LIKE `statement_like` (the
+    servers are shared: other databases' sessions do not count).
+
+    PostgreSQL reports the lock wait itself. MariaDB's INNODB_TRX is a cache that is refreshed
+    only once it has gone unread for 0.1 s, so a poll can keep it stale for ever; the process
+    list is live: a session still running the locking read while the caller holds the lock is
+    a session waiting for it.
+    """
+    with engine.connect() as connection:
+        if engine.dialect.name == "postgresql":
+            query = (
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query ILIKE :like"
+            )
+        else:
+            query = (
+                "SELECT count(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() "
+                "AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE :like"
+            )
+        return int(connection.execute(text(query), {"like": statement_like}).scalar_one())
 
 
 def migrated_engine(url: str) -> Engine:
