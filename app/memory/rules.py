@@ -19,6 +19,7 @@ TARGETS: tuple[Target, ...] = get_args(Target)
 ACTIONS: tuple[Action, ...] = get_args(Action)
 LIMITS: dict[str, int] = {"user": 1_375, "memory": 2_200}
 SEPARATOR = "\n§\n"
+MAX_ENTRY_CHARS = max(LIMITS.values())
 SCHEMA_VERSION = 1
 MAX_OPERATIONS = 20
 OPERATION_FIELDS = frozenset({"target", "action", "match", "content"})
@@ -83,6 +84,13 @@ def normalize_entry(content: str | None) -> str:
     entry = normalize_text(content)
     if not entry:
         raise MemoryValidationError("The entry is empty: write the fact to remember.")
+    if len(entry) > MAX_ENTRY_CHARS:
+        # It could never fit in either store; refused before the policy scans all of it.
+        raise MemoryValidationError(
+            f"The entry holds {len(entry):,} characters; a store holds at most "
+            f"{MAX_ENTRY_CHARS:,}. Shorten it.",
+            code="capacity_exceeded",
+        )
     violation = policy.check(entry)
     if violation is not None:
         raise MemoryValidationError(violation.message, code=violation.code)

@@ -212,8 +212,9 @@ _DESCRIPTIONS = frozenset(
     ]
 )
 _DESCRIPTION_SUFFIXES = ("ed", "ing", "able", "ible", "ly", "ive", "ous", "ful", "less")
-_KEY_CHUNK = r"[A-Za-z0-9_+/=.-]+"
-_CHUNK_RUN = re.compile(rf"{_KEY_CHUNK}(?:[ \t]+{_KEY_CHUNK})+")
+_KEY_CHUNK = r"[A-Za-z0-9_+/=.-]"
+# Runs start at a chunk's first character and never backtrack into a chunk: linear time.
+_CHUNK_RUN = re.compile(rf"(?<![A-Za-z0-9_+/=.-]){_KEY_CHUNK}+(?:[ \t]+{_KEY_CHUNK}+)+")
 
 
 def _looks_generated(value: str) -> bool:
