@@ -203,7 +203,8 @@ def test_unlisted_third_party_records_below_warning_are_withheld(
     unregistered = "SNTL-UNLISTED-header-value-77"
     with capture_telemetry(capfd) as captured:
         logging.getLogger("brandnew.http.client").setLevel(logging.DEBUG)
-        logging.getLogger("brandnew.http.client").debug(f"headers [(b'x-key', b'{unregistered}')]")
+        preformatted = f"headers [(b'x-key', b'{unregistered}')]"  # as httpcore builds them
+        logging.getLogger("brandnew.http.client").debug(preformatted)
         logging.getLogger("brandnew.http.client").info("GET %s", f"/v1?token={unregistered}")
         logging.getLogger("brandnew.http.client").warning("retrying")
         logging.getLogger("app.somewhere").debug("still.visible")
