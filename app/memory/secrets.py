@@ -217,11 +217,14 @@ _KEY_CHUNK = r"[A-Za-z0-9_+/=.-]"
 _CHUNK_RUN = re.compile(rf"(?<![A-Za-z0-9_+/=.-]){_KEY_CHUNK}+(?:[ \t]+{_KEY_CHUNK}+)+")
 
 
+_TRAILING = ".,;:!?)("
+
+
 def _looks_generated(value: str) -> bool:
     """Quoted, or at least four characters with a digit or a symbol in them."""
     if value[0] in "'\"“‘«":
         return True
-    bare = value.strip(".!?)(")
+    bare = value.strip(_TRAILING)
     generated = any(char.isdigit() or not char.isalnum() for char in bare)
     return generated and len(bare) >= 4
 
@@ -231,7 +234,7 @@ def _is_secret_value(value: str) -> bool:
     ("strong", "required", "stored", "in")."""
     if _looks_generated(value):
         return True
-    word = value.strip(".!?)(").lower()
+    word = value.strip(_TRAILING).lower()
     return word.isalpha() and word not in _DESCRIPTIONS and not word.endswith(_DESCRIPTION_SUFFIXES)
 
 
