@@ -99,14 +99,19 @@ _ASSIGNMENT_PATTERNS = [re.compile(r"\b" + pattern, _FLAGS) for pattern in _ASSI
 _PASSWORD_NOUNS = r"(passwords?|passwd|pass\s*phrases?|passcodes?)"
 _KEY_NOUNS = (
     r"((api|access|secret|private|wi-?fi|wlan|network)[_\s-]?keys?|client[_\s-]?secrets?|"
-    r"(access|auth|bearer|api)[_\s-]?tokens?|tokens?|passwort|kennwort|mot\s+de\s+passe|"
-    r"contrase[ñn]as?|senhas?)"
+    r"(access|auth|bearer|api)[_\s-]?tokens?|tokens?)"
 )
+# Password words in other languages: their description words are not listed, so only a value
+# that looks generated counts.
+_FOREIGN_PASSWORD_NOUNS = r"(passwort|kennwort|mot\s+de\s+passe|contrase[ñn]as?|senhas?)"
 _COPULA = r"(is|was|are|were|=|:|ist|war|est|es|é|reads|is\s+set\s+to|has\s+been\s+set\s+to)"
 _OWNER = r"(\s+(for|of|to|on)\s+[^.,;:\n]{1,30}?)?"
 _VALUE = r"(?P<value>['\"“‘«][^'\"”’»\n]{2,}['\"”’»]|[^\s,;]+)"
 _PROSE_PASSWORD = re.compile(rf"\b{_PASSWORD_NOUNS}\b{_OWNER}\s*{_COPULA}\s+{_VALUE}", _FLAGS)
 _PROSE_KEY = re.compile(rf"\b{_KEY_NOUNS}\b{_OWNER}\s*{_COPULA}\s+{_VALUE}", _FLAGS)
+_PROSE_FOREIGN = re.compile(
+    rf"\b{_FOREIGN_PASSWORD_NOUNS}\b{_OWNER}\s*{_COPULA}\s+{_VALUE}", _FLAGS
+)
 _PIN = re.compile(
     r"\b(pin|pin\s*code|pincode|passcode|door\s+code|alarm\s+code|gate\s+code|lock\s+code|"
     r"unlock\s+code|safe\s+code|security\s+code|access\s+code|cvv|cvc)\b"
@@ -271,6 +276,8 @@ def find_secret(text: str) -> str | None:
     if _PIN.search(text):
         return "a PIN or access code"
     if any(_is_secret_value(match.group("value")) for match in _PROSE_PASSWORD.finditer(text)):
+        return "a password or passphrase"
+    if any(_looks_generated(match.group("value")) for match in _PROSE_FOREIGN.finditer(text)):
         return "a password or passphrase"
     if any(_looks_generated(match.group("value")) for match in _PROSE_KEY.finditer(text)):
         return "a key or token"
