@@ -68,37 +68,35 @@ _SEPARATOR = _set(r"[[:Zl:][:Zp:]]")
 
 @dataclass(frozen=True)
 class ForbiddenCharacter:
-    """The first refused code point: where it is, which one, and what kind it is."""
+    """The first refused code point: where it is, which one, and what kind it is. `hides_text`
+    says whether it is there to be invisible (format characters, selectors, tags) rather than
+    to break the document's structure (controls, separators, unassigned code points)."""
 
     index: int
     codepoint: int
     kind: str
+    hides_text: bool
 
     @property
     def label(self) -> str:
         return f"U+{self.codepoint:04X}"
 
 
-def is_invisible(char: str) -> bool:
-    """Whether `char` is one of the characters refused unless a context allows it."""
-    return bool(_INVISIBLE.contains(char))
-
-
-def kind_of(char: str) -> str:
-    """A short, human description of why a refused code point is refused."""
-    for chars, kind in (
-        (_SEPARATOR, "a line or paragraph separator"),
-        (_CONTROL, "a control character"),
-        (_TAG, "a Unicode tag character"),
-        (_VARIATION_SELECTOR, "a variation selector outside an emoji or ideograph"),
-        (_FORMAT, "an invisible formatting character"),
-        (_PRIVATE_USE, "a private-use character"),
-        (_NONCHARACTER, "a noncharacter"),
-        (_UNASSIGNED, "an unassigned code point"),
+def kind_of(char: str) -> tuple[str, bool]:
+    """A short, human description of a refused code point, and whether it hides text."""
+    for chars, kind, hides_text in (
+        (_SEPARATOR, "a line or paragraph separator", False),
+        (_CONTROL, "a control character", False),
+        (_TAG, "a Unicode tag character", True),
+        (_VARIATION_SELECTOR, "a variation selector outside an emoji or ideograph", True),
+        (_FORMAT, "an invisible formatting character", True),
+        (_PRIVATE_USE, "a private-use character", False),
+        (_NONCHARACTER, "a noncharacter", False),
+        (_UNASSIGNED, "an unassigned code point", False),
     ):
         if chars.contains(char):
-            return kind
-    return "an invisible character"
+            return kind, hides_text
+    return "an invisible character", True
 
 
 def _tag_sequence_spans(text: str) -> set[int]:
@@ -175,11 +173,11 @@ def first_forbidden(text: str) -> ForbiddenCharacter | None:
     tag_spans: set[int] | None = None
     for index, char in enumerate(text):
         if "\ud800" <= char <= "\udfff":  # valid in JSON ("\ud800"), not storable as UTF-8
-            return ForbiddenCharacter(index, ord(char), "an unpaired surrogate")
+            return ForbiddenCharacter(index, ord(char), "an unpaired surrogate", False)
         if not _INVISIBLE.contains(char):
             continue
         if tag_spans is None:
             tag_spans = _tag_sequence_spans(text)
         if not _allowed_in_context(text, index, tag_spans):
-            return ForbiddenCharacter(index, ord(char), kind_of(char))
+            return ForbiddenCharacter(index, ord(char), *kind_of(char))
     return None

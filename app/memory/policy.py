@@ -27,17 +27,6 @@ Code = Literal["forbidden_content", "unsafe_content"]
 
 _NFC = icu.Normalizer2.getNFCInstance()
 _CARRIAGE_RETURNS = re.compile("\r\n?")
-# Refused characters that break the document's structure rather than hide text.
-_STRUCTURAL_KINDS = frozenset(
-    {
-        "a control character",
-        "a line or paragraph separator",
-        "a private-use character",
-        "a noncharacter",
-        "an unassigned code point",
-        "an unpaired surrogate",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -59,7 +48,7 @@ def _characters(entry: str) -> Violation | None:
     found = characters.first_forbidden(entry)
     if found is None:
         return None
-    if found.kind in _STRUCTURAL_KINDS:
+    if not found.hides_text:
         return Violation(
             "forbidden_content",
             "character",

@@ -469,3 +469,21 @@ def test_tracer_spans_reach_exporters_only_redacted(capfd: pytest.CaptureFixture
     assert [s.name for s in spans] == ["memory.tool"]
     assert dict(spans[0].attributes or {}) == {"memory.operation_count": 1}
     assert captured.hits([SECRET]) == []
+
+
+def test_detect_secrets_logs_through_our_handler_only(
+    debug_logging: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """detect-secrets installs a private stderr handler when imported; after configuration its
+    records go through our handler only: one redacted line, not a second raw one."""
+    import app.memory.secrets  # noqa: F401  (imports detect-secrets)
+
+    detect = logging.getLogger("detect-secrets")
+    configure_logging(debug_settings())
+    assert detect.handlers == [] and detect.propagate
+    with capture_telemetry(capfd) as captured, telemetry_scope():
+        register_sensitive(SECRET)
+        detect.error("scan failed on %s", SECRET)
+    output = captured.read_output()
+    assert captured.hits([SECRET]) == []
+    assert output.count("scan failed on") == 1
