@@ -20,7 +20,8 @@ from app.telemetry import (
     capture_content,
     count_targets,
     memory_event,
-    register_tool_arguments,
+    register_json_strings,
+    register_sensitive,
 )
 
 log = structlog.get_logger(__name__)
@@ -28,6 +29,11 @@ tracer = trace.get_tracer(__name__)
 
 MEMORY_TOOL_NAME = "memory_update"
 UNAVAILABLE_MESSAGE = "memory unavailable: nothing was saved"
+# Bounds on the raw arguments, checked before any JSON parsing. The largest honest batch (20
+# operations rewriting both stores, every character escaped as \uXXXX) stays well below the
+# size; the contract's deepest value (object, array, operation, field) is 3 levels deep.
+MAX_ARGUMENT_CHARS = 64 * 1024
+MAX_ARGUMENT_DEPTH = 8
 
 # Exactly the design's contract; the owner is never a parameter.
 MEMORY_TOOL: dict[str, Any] = {
@@ -104,9 +110,69 @@ def _writes_allowed(ctx: TurnContext) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class ArgumentError:
+    """Why the raw arguments were not parsed: a stable code and a reason the model can act on."""
+
+    code: str
+    reason: str
+
+
+def nesting_depth(text: str, limit: int) -> int:
+    """The bracket depth of JSON text (brackets inside strings ignored), counted only up to
+    `limit + 1`: a linear scan, so hostile nesting never reaches the recursive parser."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def parse_arguments(raw_arguments: str) -> object | ArgumentError:
+    """The model's raw arguments as JSON, within bounds on size and depth."""
+    text = raw_arguments or "{}"
+    if len(text) > MAX_ARGUMENT_CHARS:
+        return ArgumentError(
+            "arguments_too_large",
+            f"The arguments hold {len(text):,} characters; at most {MAX_ARGUMENT_CHARS:,} are "
+            "accepted. Send fewer or shorter operations.",
+        )
+    if nesting_depth(text, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
+        return ArgumentError(
+            "arguments_too_deep",
+            f"The arguments are nested more than {MAX_ARGUMENT_DEPTH} levels deep. Send "
+            '{"operations": [{"target": ..., "action": ..., "match": ..., "content": ...}]} '
+            "with plain string values.",
+        )
+    try:
+        value: object = json.loads(text)
+    except (ValueError, RecursionError):
+        return ArgumentError(
+            "invalid_arguments",
+            "The arguments are not valid JSON. Send one JSON object with an 'operations' array.",
+        )
+    return value
+
+
 def run_memory_tool(ctx: TurnContext, raw_arguments: str) -> ToolResult:
     """Stage one batch on the turn's ledger, or explain to the model why not."""
-    register_tool_arguments(raw_arguments)  # scrubbed from telemetry, accepted or not
+    register_sensitive(raw_arguments)  # scrubbed from telemetry, accepted or not
     with tracer.start_as_current_span("memory.tool") as span:
         capture_content(span, "app.capture.memory_operations", raw_arguments)
         started = time.perf_counter()
@@ -139,10 +205,9 @@ def _rejected(ctx: TurnContext, count: int, code: str, reason: str) -> ToolResul
 
 
 def _run(ctx: TurnContext, raw_arguments: str) -> tuple[ToolResult, dict[str, int]]:
-    try:
-        arguments: object = json.loads(raw_arguments or "{}")
-    except ValueError:
-        arguments = None
+    arguments = parse_arguments(raw_arguments)
+    if not isinstance(arguments, ArgumentError):
+        register_json_strings(arguments)
     count = _count(arguments)
     if not _writes_allowed(ctx):
         payload: dict[str, Any] = {"status": "unavailable", "message": UNAVAILABLE_MESSAGE}
@@ -151,8 +216,8 @@ def _run(ctx: TurnContext, raw_arguments: str) -> tuple[ToolResult, dict[str, in
     if ctx.rejection_limit_reached:
         return _rejected(ctx, count, "too_many_rejections",
                          "Too many rejected memory edits in this turn."), {}
-    if arguments is None:
-        return _rejected(ctx, 0, "invalid_arguments", "The arguments are not valid JSON."), {}
+    if isinstance(arguments, ArgumentError):
+        return _rejected(ctx, 0, arguments.code, arguments.reason), {}
     try:
         operations = parse_operations(arguments)
         snapshot = stage_operations(ctx.ledger, operations)

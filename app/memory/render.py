@@ -4,14 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from app.memory.rules import (
-    LIMITS,
-    SEPARATOR,
-    MemoryValidationError,
-    Snapshot,
-    Target,
-    normalize_entry,
-)
+from app.memory import policy
+from app.memory.rules import LIMITS, SEPARATOR, Snapshot, Target
 
 MemoryStatus = Literal["available", "unavailable", "disabled"]
 
@@ -27,12 +21,10 @@ def usage_line(snapshot: Snapshot, target: Target) -> str:
 
 
 def is_withheld(entry: str) -> bool:
-    """A stored entry that today's rules would refuse (a threat, a reserved tag that could close
-    the block, a control character) is never put in the prompt, whenever it was stored."""
-    try:
-        return normalize_entry(entry) != entry
-    except MemoryValidationError:
-        return True
+    """A stored entry that today's content policy would refuse (a threat, a disguised reserved
+    tag that could close the block, an invisible character), or that is not in the policy's
+    normal form, is never put in the prompt, whenever and however it was stored."""
+    return not entry or not policy.is_acceptable(entry)
 
 
 def prompt_entries(snapshot: Snapshot, target: Target) -> tuple[str, ...]:

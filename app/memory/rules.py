@@ -6,13 +6,11 @@ Nothing here touches storage, the network or logging; the service and the tool b
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from app.memory import scanning
+from app.memory import policy
 
 Target = Literal["user", "memory"]
 Action = Literal["add", "replace", "remove"]
@@ -21,11 +19,10 @@ TARGETS: tuple[Target, ...] = get_args(Target)
 ACTIONS: tuple[Action, ...] = get_args(Action)
 LIMITS: dict[str, int] = {"user": 1_375, "memory": 2_200}
 SEPARATOR = "\n§\n"
+MAX_ENTRY_CHARS = max(LIMITS.values())
 SCHEMA_VERSION = 1
 MAX_OPERATIONS = 20
 OPERATION_FIELDS = frozenset({"target", "action", "match", "content"})
-
-_RESERVED_TAG = re.compile(r"<\s*/?\s*persistent_memory_data\s*>", re.IGNORECASE)
 
 ErrorCode = Literal[
     "invalid_operation",
@@ -96,15 +93,27 @@ def rendered_length(entries: Sequence[str]) -> int:
 
 
 def normalize_text(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\r", "\n").strip()
+    """Line endings to LF, NFC, outer whitespace removed (the content policy's normal form)."""
+    return policy.normalize(text)
 
 
 def normalize_entry(content: str | None) -> str:
+    """The entry as it would be stored, or the reason it may not be: one content policy."""
     if content is None:
         raise MemoryValidationError("content is required for this action.")
     entry = normalize_text(content)
-    for check in _ENTRY_CHECKS:
-        check(entry)
+    if not entry:
+        raise MemoryValidationError("The entry is empty: write the fact to remember.")
+    if len(entry) > MAX_ENTRY_CHARS:
+        # It could never fit in either store; refused before the policy scans all of it.
+        raise MemoryValidationError(
+            f"The entry holds {len(entry):,} characters; a store holds at most "
+            f"{MAX_ENTRY_CHARS:,}. Shorten it.",
+            code="capacity_exceeded",
+        )
+    violation = policy.check(entry)
+    if violation is not None:
+        raise MemoryValidationError(violation.message, code=violation.code)
     return entry
 
 
@@ -115,62 +124,6 @@ def normalize_match(match: str | None) -> str:
     if not text:
         raise MemoryValidationError("match must not be empty: quote part of the entry to change.")
     return text
-
-
-# -- entry checks: an ordered pipeline of named steps --------------------------------------
-
-
-def _reject_empty(entry: str) -> None:
-    if not entry:
-        raise MemoryValidationError("The entry is empty: write the fact to remember.")
-
-
-def _reject_delimiter(entry: str) -> None:
-    if SEPARATOR in entry or any(line.strip() == "§" for line in entry.split("\n")):
-        raise MemoryValidationError(
-            "The entry contains the entry delimiter (a line holding only '§'): "
-            "write one fact per entry.",
-            code="forbidden_content",
-        )
-
-
-def _reject_control_characters(entry: str) -> None:
-    for char in entry:
-        # "Cs": an unpaired surrogate (valid in JSON as "\ud800") cannot be stored as UTF-8.
-        if char != "\n" and unicodedata.category(char) in ("Cc", "Cs"):
-            raise MemoryValidationError(
-                f"The entry contains a control character (U+{ord(char):04X}); "
-                "only plain text and newlines are allowed.",
-                code="forbidden_content",
-            )
-
-
-def _reject_reserved_tags(entry: str) -> None:
-    if _RESERVED_TAG.search(unicodedata.normalize("NFKC", entry)):
-        raise MemoryValidationError(
-            "The entry contains the reserved tag <persistent_memory_data>, "
-            "which delimits memory in the prompt.",
-            code="forbidden_content",
-        )
-
-
-def _reject_threats(entry: str) -> None:
-    threat = scanning.scan(entry)
-    if threat is not None:
-        raise MemoryValidationError(
-            f"Blocked ({threat.category}): {threat.reason}. "
-            "Memory holds plain facts, never instructions, secrets or commands.",
-            code="unsafe_content",
-        )
-
-
-_ENTRY_CHECKS = (
-    _reject_empty,
-    _reject_delimiter,
-    _reject_control_characters,
-    _reject_reserved_tags,
-    _reject_threats,
-)
 
 
 # -- operation contract --------------------------------------------------------------------

@@ -1,28 +1,24 @@
-"""Threat scanning for memory entries: pure pattern checks run before anything is staged or shown.
+"""Threat scanning for memory entries: pure checks run before anything is staged or shown.
 
 Memory is injected into every future prompt, so an entry is rejected when it reads like an
-instruction to the model, an exfiltration command, a hard-coded secret, or hides characters
-from the reader. Patterns are deliberately narrow: ordinary facts must pass.
+instruction to the model, an exfiltration command, or a secret (see `secrets`), or hides
+characters from the reader (see `characters`). Patterns are deliberately narrow: ordinary facts
+must pass, and paraphrased instructions can still get through (docs/threat-model.md).
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Literal
 
+import icu
+
+from app.memory import characters, markers, secrets
+
 Category = Literal["invisible_unicode", "prompt_injection", "exfiltration", "secret"]
 
-INVISIBLE_CODEPOINTS = frozenset(
-    [
-        *range(0x200B, 0x200E),
-        *range(0x2060, 0x2065),
-        0xFEFF,
-        *range(0x202A, 0x202F),
-        *range(0x2066, 0x206A),
-    ]
-)
+_NFKC = icu.Normalizer2.getNFKCInstance()
 
 
 @dataclass(frozen=True)
@@ -87,33 +83,6 @@ _EXFILTRATION = [
     ),
 ]
 
-_SECRET_FIELD = (
-    r"\b(password|passwd|pwd|passphrase|secret|api[_-]?key|access[_-]?token|auth[_-]?token|"
-    r"client[_-]?secret|token)\b"
-)
-_SECRETS = [
-    (r"\bsk-(proj-|live-|test-|ant-)?[A-Za-z0-9_-]{16,}", "an API key"),
-    (r"\b(sk|rk|pk)_(live|test)_[A-Za-z0-9]{16,}", "an API key"),
-    (r"\bAKIA[0-9A-Z]{16}\b", "a cloud access key"),
-    (r"\bAIza[0-9A-Za-z_-]{35}\b", "an API key"),
-    (r"\bgh[pousr]_[A-Za-z0-9]{30,}\b", "an access token"),
-    (r"\bgithub_pat_[A-Za-z0-9_]{30,}\b", "an access token"),
-    (r"\b(glpat-|hf_|npm_)[A-Za-z0-9_-]{20,}", "an access token"),  # GitLab uses a hyphen
-    (r"\bxox[abposr]-[A-Za-z0-9-]{10,}", "an access token"),
-    (r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", "a signed token"),
-    (r"\bbearer\s+[A-Za-z0-9._~+/=-]{20,}", "a bearer token"),
-    (r"-----BEGIN\s+([A-Z]+\s+)*PRIVATE\s+KEY( BLOCK)?-----", "a private key"),
-    (_SECRET_FIELD + r"\s*=\s*['\"]?[^\s'\"]{4,}", "a password or key assignment"),
-    (_SECRET_FIELD + r"\s*:\s*['\"][^\s'\"]{4,}", "a password or key assignment"),
-    # "Password: rotated monthly" is prose; an unquoted value after a colon counts as a secret
-    # only when it has the digits or symbols that a real credential carries.
-    (
-        _SECRET_FIELD + r"\s*:\s*(?=[^\s'\"]*[\d_\-!@#$%^&*+/=])[^\s'\"]{4,}",
-        "a password or key assignment",
-    ),
-]
-
-
 def _compile(table: list[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:
     return [(re.compile(pattern, _FLAGS), reason) for pattern, reason in table]
 
@@ -121,31 +90,24 @@ def _compile(table: list[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:
 _RULES: list[tuple[Category, list[tuple[re.Pattern[str], str]]]] = [
     ("prompt_injection", _compile(_INJECTION)),
     ("exfiltration", _compile(_EXFILTRATION)),
-    ("secret", _compile(_SECRETS)),
 ]
 
 
-def find_invisible(text: str) -> str | None:
-    """The first invisible or bidirectional control character, as U+XXXX, if any."""
-    for char in text:
-        if ord(char) in INVISIBLE_CODEPOINTS:
-            return f"U+{ord(char):04X}"
-    return None
-
-
 def scan(text: str) -> Threat | None:
-    """The first threat found in `text`, or None. Scanning runs on the NFKC form."""
-    invisible = find_invisible(text)
-    if invisible is not None:
-        return Threat("invisible_unicode", f"it contains an invisible character ({invisible})")
-    folded = unicodedata.normalize("NFKC", text)
-    invisible = find_invisible(folded)
-    if invisible is not None:
-        return Threat("invisible_unicode", f"it contains an invisible character ({invisible})")
+    """The first threat found in `text`, or None.
+
+    Instructions and commands are matched on a folded form (NFKC, case-folded, look-alike
+    letters from other scripts mapped to their Latin prototypes), secrets on the NFKC form,
+    whose case they need."""
+    hidden = characters.first_forbidden(text)
+    if hidden is not None:
+        return Threat("invisible_unicode", f"it contains {hidden.kind} ({hidden.label})")
+    folded = markers.fold_confusables(text)
     for category, rules in _RULES:
         for pattern, reason in rules:
             if pattern.search(folded):
-                if category == "secret":
-                    reason = f"it looks like it contains {reason}"
                 return Threat(category, reason)
+    secret = secrets.find_secret(_NFKC.normalize(text))
+    if secret is not None:
+        return Threat("secret", f"it looks like it contains {secret}")
     return None

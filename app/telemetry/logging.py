@@ -27,25 +27,53 @@ from app.telemetry.redaction import (
     set_subject_hash_key,
 )
 
-# Loggers that print request bodies, bound parameters, rows or streamed chunks below WARNING:
-# the openai SDK logs "Request options" with the whole JSON body at DEBUG; httpx/httpcore log URLs
-# and headers; SQLAlchemy's engine logs bound parameters at INFO and rows at DEBUG (even without
-# echo, once the root logger is at INFO); sse-starlette logs every streamed chunk at DEBUG;
-# python-multipart logs form fields. They are held at WARNING whatever LOG_LEVEL says, which is
-# what keeps LOG_LEVEL=DEBUG private. uvicorn's access line (client address, path with query
-# string) is replaced by our own `http.request` event, which names the route template instead.
+# Third-party loggers are private by default: below WARNING, a record from any logger that is
+# not ours is withheld (its text replaced when it is created, and dropped by our handler), so a
+# library, or a logger nobody listed, cannot print URLs, headers or bodies at LOG_LEVEL=DEBUG.
+TRUSTED_LOGGERS: tuple[str, ...] = ("app", "alembic")  # and their children
+TRUSTED_EXACT: frozenset[str] = frozenset({"uvicorn", "uvicorn.error"})  # lifecycle lines only
+WITHHELD_MESSAGE = "[third-party log record below WARNING withheld]"
+# The loggers known to print content are also held at WARNING, so that they do not even build
+# their records: the openai SDK logs "Request options" with the whole JSON body and the response
+# headers at DEBUG; its HTTP stack (httpx2/httpcore2, or httpx/httpcore) logs each request URL
+# at INFO and every header at DEBUG, and h11/h2/hpack frames; urllib3 and requests log URLs;
+# websockets and watchfiles log frames and paths; asyncio's debug mode logs callback reprs;
+# SQLAlchemy's engine logs bound parameters at INFO and rows at DEBUG (even without echo, once
+# the root logger is at INFO); the database drivers log queries; sse-starlette logs every
+# streamed chunk at DEBUG; python-multipart logs form fields; detect-secrets logs what it scans.
+# uvicorn's access line (client address, path with query string) is replaced by our own
+# `http.request` event, which names the route template instead.
 CLAMPED_LOGGERS: tuple[str, ...] = (
     "openai",
     "httpx",
+    "httpx2",
     "httpcore",
+    "httpcore2",
+    "h11",
+    "h2",
     "hpack",
+    "anyio",
+    "urllib3",
+    "requests",
+    "websockets",
+    "watchfiles",
+    "asyncio",
     "sqlalchemy.engine",
     "sqlalchemy.orm",
     "sqlalchemy.dialects",
+    "sqlalchemy.pool",
+    "psycopg",
+    "pymysql",
     "sse_starlette",
+    "starlette",
+    "fastapi",
     "multipart",
     "python_multipart",
+    "opentelemetry",
+    "jwt",
+    "detect-secrets",
     "uvicorn.access",
+    "uvicorn.asgi",
 )
 _CLAMP_FLOOR = logging.WARNING
 _OUR_HANDLER = "_agent_memory_telemetry"
@@ -54,25 +82,40 @@ _factory_lock = threading.Lock()
 _factory_installed = False
 
 
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+
+def is_trusted(name: str) -> bool:
+    """Our own loggers (and uvicorn's lifecycle lines), which may log below WARNING."""
+    return name in TRUSTED_EXACT or _under(name, TRUSTED_LOGGERS)
+
+
 def is_clamped(name: str) -> bool:
-    return any(name == prefix or name.startswith(prefix + ".") for prefix in CLAMPED_LOGGERS)
+    """Whether records of this logger below WARNING are withheld: every logger not ours."""
+    return not is_trusted(name)
 
 
 def sanitize_record(record: logging.LogRecord) -> None:
     """Make a standard-library record safe for any handler, at creation time.
 
-    - a clamped logger's record below WARNING that got through anyway (SQLAlchemy's `echo=True`
-      bypasses logger levels) keeps its format string but loses its arguments;
+    - a third-party record below WARNING that got through anyway (SQLAlchemy's `echo=True`
+      bypasses logger levels, a library may reset its own level, a logger may be unlisted)
+      loses its text: format strings are often pre-formatted with URLs and headers;
     - registered sensitive values are scrubbed from the formatted message;
     - the traceback is pre-rendered without exception messages into `exc_text` (which every
       `logging.Formatter` prints) and the exception object itself is dropped, since its repr and
       a handler's own formatting would show the message.
     structlog's own records carry an already-redacted event dict as `msg` and are left alone.
     """
+    # logging.makeLogRecord builds an empty record (level None) and fills it in afterwards.
+    below = isinstance(record.levelno, int) and record.levelno < _CLAMP_FLOOR
+    if below and is_clamped(str(record.name)):
+        record.msg, record.args = WITHHELD_MESSAGE, ()
+        record.exc_info = record.exc_text = None
+        return
     if not isinstance(record.msg, str):
         return
-    if record.args and record.levelno < _CLAMP_FLOOR and is_clamped(record.name):
-        record.args = ()
     scope = current_scope()
     if scope is not None and scope.values:
         try:
@@ -105,7 +148,13 @@ def _install_record_factory() -> None:
 
         def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
             record = previous(*args, **kwargs)
-            sanitize_record(record)
+            try:
+                sanitize_record(record)
+            except Exception:
+                # Never let the record through unsanitised (logging's error path would print
+                # the original traceback, message included, to stderr).
+                record.msg, record.args = WITHHELD_MESSAGE, ()
+                record.exc_info = record.exc_text = None
             return record
 
         logging.setLogRecordFactory(factory)
@@ -113,7 +162,7 @@ def _install_record_factory() -> None:
 
 
 class _ClampFilter(logging.Filter):
-    """Drop what a clamped logger emits below WARNING despite its level (e.g. `echo=True`)."""
+    """Drop what a third-party logger emits below WARNING despite its level (e.g. `echo=True`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.levelno < _CLAMP_FLOOR and is_clamped(record.name))
@@ -198,6 +247,15 @@ def configure_logging(settings: Settings) -> None:
         uvicorn_logger.setLevel(logging.NOTSET)
     for name in CLAMPED_LOGGERS:
         logging.getLogger(name).setLevel(max(_CLAMP_FLOOR, level))
+    # detect-secrets gives its logger a private stderr handler at import time; its records go
+    # through ours instead, like everyone else's.
+    secrets_logger = logging.getLogger("detect-secrets")
+    secrets_logger.handlers.clear()
+    secrets_logger.propagate = True
+    # Warnings become `py.warnings` records, which the record factory scrubs (printed warnings
+    # would bypass redaction). detect-secrets also turns this on when imported; saying it here
+    # makes it independent of import order.
+    logging.captureWarnings(True)
 
 
 def _hash_key(settings: Settings) -> str | None:

@@ -206,7 +206,8 @@ def register_json_strings(value: Any) -> None:
 def register_tool_arguments(raw_arguments: str | None) -> None:
     """A model's tool-call arguments: the raw JSON text and every content string inside it."""
     register_sensitive(raw_arguments)
-    with contextlib.suppress(ValueError):  # not JSON: the raw text is all there is
+    # Not JSON, or nested past the parser's recursion limit: the raw text is all there is.
+    with contextlib.suppress(ValueError, RecursionError):
         register_json_strings(json.loads(raw_arguments or "null"))
 
 

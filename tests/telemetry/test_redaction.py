@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 
 from app.settings import Settings
 from app.telemetry import configure_logging, memory_event, register_sensitive, telemetry_scope
-from app.telemetry.logging import sanitize_record
+from app.telemetry.logging import WITHHELD_MESSAGE, sanitize_record
 from app.telemetry.redaction import (
     REDACTED,
     TelemetryScope,
@@ -184,7 +184,7 @@ def test_stdlib_records_are_scrubbed_at_creation_for_every_handler(
     the test's own raw root handler, and in the rendered output."""
     with capture_telemetry(capfd) as captured, telemetry_scope():
         register_sensitive(SECRET)
-        logging.getLogger("somelib.client").debug("payload %r", {"input": SECRET})
+        logging.getLogger("somelib.client").warning("payload %r", {"input": SECRET})
         try:
             raise RuntimeError(SECRET)
         except RuntimeError:
@@ -192,6 +192,46 @@ def test_stdlib_records_are_scrubbed_at_creation_for_every_handler(
     assert captured.hits([SECRET]) == []
     assert any("payload" in event for event in captured.events())
     assert "[message withheld]" in captured.read_output()
+
+
+def test_unlisted_third_party_records_below_warning_are_withheld(
+    debug_logging: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Default deny: a logger nobody listed, logging an unregistered value below WARNING (even
+    pre-formatted into its message), shows every handler only a placeholder; our own loggers
+    and any logger's warnings are untouched."""
+    unregistered = "SNTL-UNLISTED-header-value-77"
+    with capture_telemetry(capfd) as captured:
+        logging.getLogger("brandnew.http.client").setLevel(logging.DEBUG)
+        preformatted = f"headers [(b'x-key', b'{unregistered}')]"  # as httpcore builds them
+        logging.getLogger("brandnew.http.client").debug(preformatted)
+        logging.getLogger("brandnew.http.client").info("GET %s", f"/v1?token={unregistered}")
+        logging.getLogger("brandnew.http.client").warning("retrying")
+        logging.getLogger("app.somewhere").debug("still.visible")
+    assert captured.hits([unregistered]) == []
+    events = captured.events()
+    assert events.count(WITHHELD_MESSAGE) == 2
+    assert "retrying" in events and "still.visible" in events
+
+
+def test_a_failing_sanitiser_withholds_the_record(
+    debug_logging: None, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If sanitising ever raises, the record is withheld: logging's own error path (which
+    prints the original traceback and message to stderr) is never reached."""
+
+    def broken(record: logging.LogRecord) -> None:
+        raise RuntimeError("sanitiser bug")
+
+    monkeypatch.setattr("app.telemetry.logging.sanitize_record", broken)
+    with capture_telemetry(capfd) as captured:
+        try:
+            raise ValueError(SECRET)
+        except ValueError:
+            logging.getLogger("app.somewhere").exception("failed")
+    assert captured.hits([SECRET]) == []
+    assert "Logging error" not in captured.read_output()
+    assert WITHHELD_MESSAGE in captured.events()
 
 
 def test_sanitize_record_leaves_structlog_records_alone() -> None:
@@ -206,9 +246,23 @@ def test_sanitize_record_leaves_structlog_records_alone() -> None:
     [
         "openai._base_client",
         "httpx",
+        "httpx2",
         "httpcore.http11",
+        "httpcore2.http11",
+        "httpcore2.connection",
+        "urllib3.connectionpool",
+        "requests",
+        "websockets.client",
+        "watchfiles.main",
+        "asyncio",
+        "h11",
+        "psycopg",
+        "pymysql",
+        "detect-secrets",
         "sqlalchemy.engine.Engine",
+        "sqlalchemy.pool",
         "sse_starlette.sse",
+        "uvicorn.asgi",
     ],
 )
 def test_content_printing_loggers_are_clamped_at_debug(
@@ -415,3 +469,21 @@ def test_tracer_spans_reach_exporters_only_redacted(capfd: pytest.CaptureFixture
     assert [s.name for s in spans] == ["memory.tool"]
     assert dict(spans[0].attributes or {}) == {"memory.operation_count": 1}
     assert captured.hits([SECRET]) == []
+
+
+def test_detect_secrets_logs_through_our_handler_only(
+    debug_logging: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """detect-secrets installs a private stderr handler when imported; after configuration its
+    records go through our handler only: one redacted line, not a second raw one."""
+    import app.memory.secrets  # noqa: F401  (imports detect-secrets)
+
+    detect = logging.getLogger("detect-secrets")
+    configure_logging(debug_settings())
+    assert detect.handlers == [] and detect.propagate
+    with capture_telemetry(capfd) as captured, telemetry_scope():
+        register_sensitive(SECRET)
+        detect.error("scan failed on %s", SECRET)
+    output = captured.read_output()
+    assert captured.hits([SECRET]) == []
+    assert output.count("scan failed on") == 1
