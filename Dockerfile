@@ -5,10 +5,6 @@ WORKDIR /src
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY pyproject.toml README.md ./
 COPY app ./app
-# PyICU (the content policy's Unicode data) compiles against the system's ICU.
-RUN apt-get update \
- && apt-get install -y --no-install-recommends g++ pkg-config libicu-dev \
- && rm -rf /var/lib/apt/lists/*
 # Dependencies only: the application itself runs from /srv (app/, prompts/, migrations/ side by
 # side, as in the repository), so the package is uninstalled again after its dependencies.
 RUN python -m venv /opt/venv \
@@ -21,11 +17,6 @@ ENV PATH="/opt/venv/bin:$PATH" \
     PYTHONUNBUFFERED=1 \
     LOG_FORMAT=json \
     WEB_CONCURRENCY=2
-# The ICU runtime that PyICU was built against (libicuNN: the number follows the Debian release).
-RUN apt-get update \
- && apt-get install -y --no-install-recommends \
-      "$(apt-cache search --names-only '^libicu[0-9]+$' | cut -d' ' -f1 | head -n1)" \
- && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --home-dir /srv --shell /usr/sbin/nologin app
 WORKDIR /srv
 COPY --from=build /opt/venv /opt/venv
