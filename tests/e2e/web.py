@@ -48,7 +48,7 @@ def settled(page: Page, turns: int) -> None:
 def open_memory(page: Page) -> None:
     """Makes the memory panel visible (a drawer on a phone)."""
     if is_phone(page) and page.locator("#workspace").get_attribute("data-memory") != "open":
-        page.get_by_role("button", name="Memory").click()
+        page.get_by_role("button", name="Memory", exact=True).click()
     expect(page.locator("#memory")).to_be_visible()
     expect(page.locator("#workspace")).to_have_attribute("data-memory", "open")
 
@@ -56,15 +56,18 @@ def open_memory(page: Page) -> None:
 def open_conversations(page: Page) -> None:
     """Makes the conversation list visible (a drawer on a phone)."""
     if is_phone(page) and page.locator("#workspace").get_attribute("data-conversations") != "open":
-        page.get_by_role("button", name="Conversations").click()
+        page.get_by_role("button", name="Conversations", exact=True).click()
         expect(page.locator("#workspace")).to_have_attribute("data-conversations", "open")
     expect(page.locator("#conversations")).to_be_visible()
 
 
 def close_drawer(page: Page) -> None:
+    """Closes an open drawer (phone) and waits until it has slid out of the way."""
     if is_phone(page):
         page.keyboard.press("Escape")
         expect(page.locator("#scrim")).to_be_hidden()
+        expect(page.locator("#conversations")).to_be_hidden()
+        expect(page.locator("#memory")).to_be_hidden()
 
 
 def sign_out(page: Page) -> None:
@@ -200,3 +203,33 @@ def conversation(base: str, token: str, conversation_id: str) -> dict[str, Any]:
     response.raise_for_status()
     body: dict[str, Any] = response.json()
     return body
+
+
+def chat_via_api(base: str, token: str, message: str) -> None:
+    """One whole turn through the API (its stream read to the end), as another client would."""
+    with httpx.stream(
+        "POST",
+        f"{base}/v1/chat",
+        json={"message": message},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    ) as response:
+        response.raise_for_status()
+        for _line in response.iter_lines():
+            pass
+
+
+def fill_memory(base: str, token: str) -> dict[str, Any]:
+    """Both documents nearly full (many entries): the panel is much taller than any window."""
+    add_entries(
+        base,
+        token,
+        "user",
+        [f"Fact {number:02d} about the person, long enough to fill a line." for number in range(20)],
+    )
+    return add_entries(
+        base,
+        token,
+        "memory",
+        [f"Project note {number:02d}: a convention the team follows every week." for number in range(30)],
+    )
