@@ -58,12 +58,16 @@ function languageOf(pre) {
   return match ? match[1] : "";
 }
 
-// A code block with its language and a Copy button; tables scroll sideways on their own.
+// A code block with its language and a Copy button; tables scroll sideways on their own; a
+// link whose address the sanitizer removed (javascript:, data:...) is just its text.
 function decorate(fragment) {
+  for (const link of fragment.querySelectorAll("a:not([href])")) link.replaceWith(...link.childNodes);
   for (const pre of fragment.querySelectorAll("pre")) {
     const copy = button("Copy", null, { className: "copy-code", iconName: "copy",
       label: "Copy code" });
-    copy.addEventListener("click", async () => flashCopied(copy, await copyText(pre.textContent)));
+    // The code without the line break that ends every block.
+    const code = () => pre.textContent.replace(/\n$/, "");
+    copy.addEventListener("click", async () => flashCopied(copy, await copyText(code())));
     const head = el("div", { className: "code-head" },
       [el("span", { className: "code-language", text: languageOf(pre) || "code" }), copy]);
     const block = el("div", { className: "code-block" });
