@@ -6,11 +6,9 @@ Each test signs in as its own user, so the tests share one server without sharin
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -26,6 +24,7 @@ from tests.e2e.web import (
     SAVED_ENTRY,
     conversation,
     conversations_of,
+    eventually,
     inside_viewport,
     is_phone,
     open_conversations,
@@ -43,19 +42,6 @@ from tests.support.server import live_server
 pytestmark = pytest.mark.browser
 
 LONG = "tell me a long story"
-T = TypeVar("T")
-
-
-def eventually(probe: Callable[[], T | None], *, timeout: float = 15.0) -> T:
-    """Polls `probe` until it returns a value (server-side state settles after a disconnect)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("the expected state was not reached before the deadline")
-        time.sleep(0.05)
 
 
 def test_an_answer_streams_and_the_fact_reaches_the_memory_panel(

@@ -6,7 +6,9 @@ and the memory panel are drawers that a step opens first.
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import httpx
 from playwright.sync_api import Locator, Page, expect
@@ -15,6 +17,19 @@ REMEMBER = "remember that I prefer short answers"
 SAVED_ENTRY = "The user prefers short answers."
 LAST_TURN_SAVED = "Last turn: Saved: 1 new entry."
 ALREADY_SAVED = "Already saved: nothing changed."
+T = TypeVar("T")
+
+
+def eventually(probe: Callable[[], T | None], *, timeout: float = 15.0) -> T:
+    """Polls `probe` until it returns a value (server-side state settles after a disconnect)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("the expected state was not reached before the deadline")
+        time.sleep(0.05)
 
 
 def is_phone(page: Page) -> bool:
@@ -45,8 +60,15 @@ def settled(page: Page, turns: int) -> None:
     expect(page.locator("body")).to_have_attribute("data-turns", str(turns))
 
 
+def _close_drawer_named(page: Page, name: str) -> None:
+    if is_phone(page) and page.locator("#workspace").get_attribute(f"data-{name}") == "open":
+        page.locator(f"#{name} [data-close]").click()
+        expect(page.locator(f"#{name}")).to_be_hidden()
+
+
 def open_memory(page: Page) -> None:
     """Makes the memory panel visible (a drawer on a phone)."""
+    _close_drawer_named(page, "conversations")
     if is_phone(page) and page.locator("#workspace").get_attribute("data-memory") != "open":
         page.get_by_role("button", name="Memory", exact=True).click()
     expect(page.locator("#memory")).to_be_visible()
@@ -55,6 +77,7 @@ def open_memory(page: Page) -> None:
 
 def open_conversations(page: Page) -> None:
     """Makes the conversation list visible (a drawer on a phone)."""
+    _close_drawer_named(page, "memory")
     if is_phone(page) and page.locator("#workspace").get_attribute("data-conversations") != "open":
         page.get_by_role("button", name="Conversations", exact=True).click()
         expect(page.locator("#workspace")).to_have_attribute("data-conversations", "open")
