@@ -23,7 +23,9 @@ export class Drawers {
     }
     scrim.addEventListener("click", () => this.close());
     document.addEventListener("keydown", (event) => {
-      if (event.key === "Escape" && this.open && !event.defaultPrevented) this.close();
+      // Escape in a dialog over the drawer closes the dialog only.
+      if (event.key === "Escape" && this.open && !event.defaultPrevented
+        && !event.target.closest("dialog")) this.close();
     });
     NARROW.addEventListener("change", () => {
       this.open = null;
