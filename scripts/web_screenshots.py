@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 import uvicorn
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
 
 from app.agent.offline import ChatCompletionsTransport, ChatRequest, OfflineModel, Reply, Text
 from app.db.engine import build_engine
@@ -35,8 +35,8 @@ from app.settings import Settings
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "screenshots"
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
-DESKTOP = {"width": 1280, "height": 800}
-PHONE = {"width": 390, "height": 844}
+DESKTOP: ViewportSize = {"width": 1280, "height": 800}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 CSV_QUESTION = "How do I read a CSV file in Python and sum one column?"
 CSV_ANSWER = """Use the standard library's `csv` module: no extra packages needed.
@@ -118,7 +118,7 @@ class DemoModel:
 
 @contextmanager
 def serving(database_url: str, transport: ChatCompletionsTransport) -> Iterator[str]:
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         _env_file=None,
         database_url=database_url,
         auth_mode="dev",
@@ -133,9 +133,15 @@ def serving(database_url: str, transport: ChatCompletionsTransport) -> Iterator[
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = int(probe.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(settings, model_transport=transport), host="127.0.0.1", port=port,
-        log_config=None, lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings, model_transport=transport),
+            host="127.0.0.1",
+            port=port,
+            log_config=None,
+            lifespan="on",
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -205,7 +211,9 @@ def streamed_beyond(page: Page, characters: int) -> None:
     # A function, not an expression string: the page's policy forbids eval, Playwright's too.
     page.wait_for_function(
         "(limit) => document.querySelector('#messages li.assistant:last-child .content')"
-        ".textContent.length > limit", arg=characters)
+        ".textContent.length > limit",
+        arg=characters,
+    )
 
 
 def shot(page: Page, name: str) -> None:

@@ -144,9 +144,12 @@ def guard(page: Page) -> list[str]:
     page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
     page.on(
         "console",
-        lambda message: errors.append(message.text)
-        if "Content Security Policy" in message.text or "Content-Security-Policy" in message.text
-        else None,
+        lambda message: (
+            errors.append(message.text)
+            if "Content Security Policy" in message.text
+            or "Content-Security-Policy" in message.text
+            else None
+        ),
     )
     page.add_init_script(
         "document.addEventListener('securitypolicyviolation', (event) => console.error("

@@ -63,8 +63,9 @@ class ScriptedWebModel(httpx.AsyncBaseTransport):
         text = _last_user_text(chat)
         scripted = self.answers.get(text) if text is not None else None
         if scripted is None or not chat.stream:
-            forwarded = httpx.Request(request.method, request.url, headers=request.headers,
-                                      content=raw)
+            forwarded = httpx.Request(
+                request.method, request.url, headers=request.headers, content=raw
+            )
             return await self.offline.handle_async_request(forwarded)
         return httpx.Response(
             200,

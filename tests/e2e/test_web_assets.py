@@ -42,9 +42,9 @@ def test_a_session_loads_nothing_that_fails_and_nothing_from_elsewhere(
     foreign: list[str] = []
     page.on(
         "request",
-        lambda request: foreign.append(request.url)
-        if not request.url.startswith((server, "data:"))
-        else None,
+        lambda request: (
+            foreign.append(request.url) if not request.url.startswith((server, "data:")) else None
+        ),
     )
     sign_in(page, server, f"assets-{screen}")
     expect(send(page, "hello")).to_have_attribute("data-state", "done")
@@ -70,9 +70,7 @@ def _package_patterns() -> list[str]:
 def test_every_web_file_ships_in_the_package() -> None:
     """An installed (non-editable) package serves the same page: every file under app/web is
     matched by a package-data pattern."""
-    shipped = {
-        path for pattern in _package_patterns() for path in (ROOT / "app").glob(pattern)
-    }
+    shipped = {path for pattern in _package_patterns() for path in (ROOT / "app").glob(pattern)}
     files = {path for path in WEB.rglob("*") if path.is_file() and "__pycache__" not in path.parts}
     assert files - shipped == set()
 
@@ -117,8 +115,11 @@ def test_the_page_policy_stays_strict(server: str) -> None:
         assert "eval(" not in text and "new Function" not in text and "innerHTML" not in text
 
 
-@pytest.mark.parametrize("path", [path for path in OWN_FILES if path.suffix == ".js"],
-                         ids=lambda path: str(path.relative_to(WEB)))
+@pytest.mark.parametrize(
+    "path",
+    [path for path in OWN_FILES if path.suffix == ".js"],
+    ids=lambda path: str(path.relative_to(WEB)),
+)
 def test_each_module_says_its_job_and_stays_small(path: Path) -> None:
     """Every ES module opens with a comment saying what it is for, stays under 300 lines, and
     imports only the page's own files (no build step, nothing from elsewhere)."""

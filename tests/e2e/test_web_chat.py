@@ -16,12 +16,20 @@ from playwright.sync_api import Browser, Page, expect
 
 from app.agent.offline import ChatCompletionsTransport
 from app.main import create_app
-from tests.e2e.conftest import e2e_settings, guard, memory_of, new_context, screenshot, sqlite_file
+from tests.e2e.conftest import (
+    SCREENS,
+    e2e_settings,
+    guard,
+    memory_of,
+    new_context,
+    screenshot,
+    sqlite_file,
+)
 from tests.e2e.web import (
     LAST_TURN_SAVED,
-    box,
     REMEMBER,
     SAVED_ENTRY,
+    box,
     conversation,
     conversations_of,
     eventually,
@@ -159,9 +167,11 @@ def test_stop_after_the_model_staged_a_change_saves_nothing(
         )
         conversation_id = conversations_of(base, token)[0]["id"]
         eventually(
-            lambda: conversation(base, token, conversation_id)["messages"][-1]["status"]
-            == "interrupted"
-            or None
+            lambda: (
+                conversation(base, token, conversation_id)["messages"][-1]["status"]
+                == "interrupted"
+                or None
+            )
         )
         assert memory_of(base, token)["user"]["entries"] == []
         expect(user_entries(page)).to_have_count(0)
@@ -366,5 +376,5 @@ def test_the_phone_layout_has_no_sideways_scrolling(server: str, page: Page, scr
     assert overflow <= 0
     user = page.locator("#messages li.user .bubble")
     rect = box(user)
-    assert rect["x"] >= 0 and rect["x"] + rect["width"] <= (page.viewport_size or {})["width"]
+    assert rect["x"] >= 0 and rect["x"] + rect["width"] <= SCREENS[screen]["viewport"]["width"]
     assert re.fullmatch(r"x+", user.locator(".content").inner_text())

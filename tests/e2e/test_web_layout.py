@@ -197,8 +197,10 @@ def test_following_pauses_when_scrolled_up_and_jump_to_latest_resumes(
         answer = send(page, question)
         wait_for_text(page, answer, "alpha-end")
         assert scrolls_on_its_own(scroller)
-        page.wait_for_function("(element) => element.scrollHeight - element.scrollTop"
-                               " - element.clientHeight <= 2", arg=scroller.element_handle())
+        page.wait_for_function(
+            "(element) => element.scrollHeight - element.scrollTop - element.clientHeight <= 2",
+            arg=scroller.element_handle(),
+        )
         expect(jump).to_be_hidden()
 
         scroll_up(page, scroller, 500)

@@ -46,13 +46,13 @@ HOSTILE = """Raw HTML follows.
 
 <script>window.__pwned = 'script'</script>
 
-Inline <b onclick="window.__pwned = 'bold'">bold</b> and <svg onload="window.__pwned = 'svg'"></svg>.
+Inline <b onclick="window.__pwned = 'bold'">bold</b>, <svg onload="window.__pwned = 1"></svg>.
 
 <iframe src="javascript:window.__pwned = 'iframe'"></iframe>
 
 <style>body { display: none }</style>
 
-[click me](javascript:window.__pwned='link') and <a href="javascript:window.__pwned='anchor'">anchor</a>
+[click me](javascript:window.__pwned='link'), <a href="javascript:window.__pwned=2">anchor</a>
 
 ![tracking pixel](http://tracker.example.invalid/pixel.png)
 

@@ -63,9 +63,11 @@ def test_entries_can_be_added_edited_and_removed(server: str, page: Page, screen
     reads: list[str] = []
     page.on(
         "request",
-        lambda request: reads.append(request.url)
-        if request.method == "GET" and request.url.endswith("/v1/memory")
-        else None,
+        lambda request: (
+            reads.append(request.url)
+            if request.method == "GET" and request.url.endswith("/v1/memory")
+            else None
+        ),
     )
     page.get_by_role("button", name="Edit: Works at night").click()
     editor = page.get_by_label("Edit entry in “About you”")

@@ -66,7 +66,7 @@ def everything_on_the_page(page: Page) -> str:
             const parts = [document.documentElement.textContent];
             for (const element of document.querySelectorAll('*')) {
                 for (const attribute of element.attributes) parts.push(attribute.value);
-                if ('value' in element && typeof element.value === 'string') parts.push(element.value);
+                if (typeof element.value === 'string') parts.push(element.value);
             }
             for (const storage of [sessionStorage, localStorage]) {
                 for (let index = 0; index < storage.length; index += 1) {
@@ -150,9 +150,10 @@ def test_an_answer_still_streaming_at_sign_out_never_reaches_the_next_person(
         conversation_id = conversations_of(base, token)[0]["id"]
         # The server is done with the aborted turn once it has stored its partial answer.
         eventually(
-            lambda: conversation(base, token, conversation_id)["messages"][-1]["role"]
-            == "assistant"
-            or None
+            lambda: (
+                conversation(base, token, conversation_id)["messages"][-1]["role"] == "assistant"
+                or None
+            )
         )
         expect(page.locator("#messages li")).to_have_count(0)
         assert "Bluebird" not in everything_on_the_page(page)
@@ -188,7 +189,8 @@ def test_an_expired_token_ends_the_session_and_clears_everything(
 def test_a_second_user_sees_none_of_it(
     scripted: tuple[str, ScriptedWebModel], browser: Browser, page: Page, screen: str
 ) -> None:
-    """Another person, in another browser profile, sees no entry and no conversation of the first."""
+    """Another person, in another browser profile, sees no entry and no conversation of the
+    first."""
     base, _model = scripted
     sign_in(page, base, f"frank-{screen}")
     expect(send(page, FACT)).to_have_attribute("data-state", "done")

@@ -67,8 +67,8 @@ CONTRASTS = """(selectors) => {
     const results = [];
     for (const selector of selectors) {
         for (const element of document.querySelectorAll(selector)) {
-            if (!element.checkVisibility({ visibilityProperty: true }) || !element.textContent.trim()
-                && !element.value) continue;
+            const shown = element.checkVisibility({ visibilityProperty: true });
+            if (!shown || (!element.textContent.trim() && !element.value)) continue;
             const text = luminance(channels(getComputedStyle(element).color));
             const behind = luminance(background(element));
             const ratio = (Math.max(text, behind) + 0.05) / (Math.min(text, behind) + 0.05);
@@ -80,10 +80,11 @@ CONTRASTS = """(selectors) => {
 
 PAGE_COLOURS = """() => {
     const channels = (color) => (color.match(/[\\d.]+/g) || []).map(Number).slice(0, 3);
+    const $ = (selector) => document.querySelector(selector);
     const mean = (values) => values.reduce((sum, value) => sum + value, 0) / values.length / 255;
     return {
-        background: mean(channels(getComputedStyle(document.querySelector('#chat')).backgroundColor)),
-        text: mean(channels(getComputedStyle(document.querySelector('.markdown p')).color)),
+        background: mean(channels(getComputedStyle($('#chat')).backgroundColor)),
+        text: mean(channels(getComputedStyle($('.markdown p')).color)),
     };
 }"""
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import httpx
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import FloatRect, Locator, Page, expect
 
 REMEMBER = "remember that I prefer short answers"
 SAVED_ENTRY = "The user prefers short answers."
@@ -120,10 +120,10 @@ def wait_for_growth(page: Page, answer: Locator, beyond: int) -> int:
     return content_length(answer)
 
 
-def box(locator: Locator) -> dict[str, float]:
+def box(locator: Locator) -> FloatRect:
     value = locator.bounding_box()
     assert value is not None, f"{locator} has no box (not rendered)"
-    return dict(value)
+    return value
 
 
 def inside_viewport(page: Page, locator: Locator) -> bool:
@@ -145,7 +145,8 @@ def reachable(locator: Locator) -> bool:
         locator.evaluate(
             """element => {
                 const rect = element.getBoundingClientRect();
-                const hit = document.elementFromPoint(rect.x + rect.width / 2, rect.y + rect.height / 2);
+                const [x, y] = [rect.x + rect.width / 2, rect.y + rect.height / 2];
+                const hit = document.elementFromPoint(x, y);
                 return hit !== null && (hit === element || element.contains(hit));
             }"""
         )
@@ -248,11 +249,17 @@ def fill_memory(base: str, token: str) -> dict[str, Any]:
         base,
         token,
         "user",
-        [f"Fact {number:02d} about the person, long enough to fill a line." for number in range(20)],
+        [
+            f"Fact {number:02d} about the person, long enough to fill a line."
+            for number in range(20)
+        ],
     )
     return add_entries(
         base,
         token,
         "memory",
-        [f"Project note {number:02d}: a convention the team follows every week." for number in range(30)],
+        [
+            f"Project note {number:02d}: a convention the team follows every week."
+            for number in range(30)
+        ],
     )
