@@ -87,6 +87,8 @@ DEMO_ANSWERS = {
         "Could you let me know when we can expect payment? Thanks!"
     ),
 }
+# Facts told on the phone shots, so that the memory drawer shows a turn's outcome.
+PHONE_FACTS = ["remember that I like my coffee black", "remember that I am learning Portuguese"]
 SIDEBAR_PROMPTS = [
     "Draft a polite reminder email about an overdue invoice",
     "Explain the difference between TCP and UDP",
@@ -222,6 +224,31 @@ def shot(page: Page, name: str) -> None:
     print(f"  {name}.png")
 
 
+def open_csv_conversation(page: Page, phone: bool) -> None:
+    if phone:
+        page.get_by_role("button", name="Conversations", exact=True).click()
+    page.locator("#conversation-list .open", has_text=CSV_QUESTION).click()
+    page.wait_for_selector("#messages li.assistant[data-state=done]")
+
+
+def stream_and_stop(page: Page, base: str, token: str, name: str, beyond: int) -> None:
+    """A long answer, caught mid-stream (scrolled up on a desktop), then stopped and deleted."""
+    ask(page, STORY_QUESTION)
+    streamed_beyond(page, beyond)
+    if name.startswith("desktop"):
+        page.mouse.move(640, 300)
+        page.mouse.wheel(0, -500)
+        page.wait_for_selector("#jump-latest:not([hidden])")
+    shot(page, name)
+    page.get_by_role("button", name="Stop").click()
+    page.wait_for_selector("#messages li.assistant:last-child[data-state=stopped]")
+    headers = {"authorization": f"Bearer {token}"}
+    listed = httpx.get(f"{base}/v1/conversations", headers=headers, timeout=10).json()
+    for conversation in listed["conversations"]:
+        if conversation["title"] == STORY_QUESTION:
+            httpx.delete(f"{base}/v1/conversations/{conversation['id']}", headers=headers)
+
+
 def main() -> None:
     os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
     OUT.mkdir(parents=True, exist_ok=True)
@@ -245,43 +272,40 @@ def main() -> None:
                 page = open_page(browser, base, token, phone=False, dark=dark)
                 page.wait_for_selector("#doc-user-entries li")
                 shot(page, f"desktop-welcome{suffix}")
-                ask(page, CSV_QUESTION)
-                answered(page, 1)
+                if dark:
+                    open_csv_conversation(page, phone=False)
+                else:
+                    ask(page, CSV_QUESTION)
+                    answered(page, 1)
                 shot(page, f"desktop-answer{suffix}")
+                if not dark:
+                    page.get_by_role("button", name="New chat").click()
+                    transport.delay_seconds = 0.03
+                    stream_and_stop(page, base, token, "desktop-streaming-scrolled-up", 2500)
+                    transport.delay_seconds = 0.0
                 page.context.close()
 
-            transport.delay_seconds = 0.03
-            page = open_page(browser, base, token, phone=False, dark=False)
-            ask(page, STORY_QUESTION)
-            streamed_beyond(page, 1200)
-            page.mouse.move(640, 300)
-            page.mouse.wheel(0, -500)
-            page.wait_for_selector("#jump-latest:not([hidden])")
-            shot(page, "desktop-streaming-scrolled-up")
-            page.get_by_role("button", name="Stop").click()
-            page.wait_for_selector("#messages li.assistant:last-child[data-state=stopped]")
-            page.context.close()
-
-            for dark in (False, True):
+            for dark, fact in ((False, PHONE_FACTS[0]), (True, PHONE_FACTS[1])):
                 suffix = "-dark" if dark else ""
                 page = open_page(browser, base, token, phone=True, dark=dark)
                 shot(page, f"phone-welcome{suffix}")
-                transport.delay_seconds = 0.0
-                ask(page, CSV_QUESTION)
-                answered(page, 1)
+                open_csv_conversation(page, phone=True)
+                page.locator("#messages li.assistant .markdown pre").first.wait_for()
+                page.locator("#messages li.user").last.scroll_into_view_if_needed()
                 shot(page, f"phone-answer{suffix}")
-                transport.delay_seconds = 0.03
-                ask(page, STORY_QUESTION)
-                streamed_beyond(page, 900)
-                shot(page, f"phone-streaming{suffix}")
-                page.get_by_role("button", name="Stop").click()
-                page.wait_for_selector("#messages li.assistant:last-child[data-state=stopped]")
-                answered(page, 2)
-                page.get_by_role("button", name="Memory").click()
+                page.get_by_role("button", name="New chat").click()
+                ask(page, fact)
+                answered(page, 1)
+                page.get_by_role("button", name="Memory", exact=True).click()
                 shot(page, f"phone-memory{suffix}")
                 page.keyboard.press("Escape")
-                page.get_by_role("button", name="Conversations").click()
+                page.get_by_role("button", name="Conversations", exact=True).click()
                 shot(page, f"phone-conversations{suffix}")
+                page.keyboard.press("Escape")
+                page.get_by_role("button", name="New chat").click()
+                transport.delay_seconds = 0.03
+                stream_and_stop(page, base, token, f"phone-streaming{suffix}", 900)
+                transport.delay_seconds = 0.0
                 page.context.close()
             browser.close()
 
