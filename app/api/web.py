@@ -1,4 +1,5 @@
-"""Routes: the web client (`/` and its static assets) and the public `GET /info` it reads first."""
+"""Routes: the web client (`/`, its static assets, the favicon) and the public `GET /info` it
+reads first."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ WEB_ROOT = Path(__file__).resolve().parent.parent / "web"
 
 router = APIRouter()
 
-# The page loads only its own files and talks only to this origin; memory entries and answers
-# are rendered as text, and this policy is the second line should that ever slip.
+# The page loads only its own files and talks only to this origin. Answers are markdown, rendered
+# by the vendored parser and sanitizer with raw HTML shown as text; this policy is the line behind
+# them: no inline script or style, no eval, no foreign image or script, should a layer slip.
 PAGE_HEADERS = {
     "cache-control": "no-cache",
     "content-security-policy": (
@@ -34,6 +36,16 @@ router.mount("/static", StaticFiles(directory=WEB_ROOT, check_dir=False), name="
 async def index() -> FileResponse:
     # no-cache: a redeploy must reach open tabs on their next load, not after a cache expiry.
     return FileResponse(WEB_ROOT / "index.html", headers=PAGE_HEADERS)
+
+
+# Browsers, bookmarks and feed readers ask the root for the icon whatever the page links to.
+@router.get("/favicon.ico", include_in_schema=False)
+async def favicon() -> FileResponse:
+    return FileResponse(
+        WEB_ROOT / "favicon.ico",
+        media_type="image/vnd.microsoft.icon",
+        headers={"cache-control": "public, max-age=86400"},
+    )
 
 
 # Outside /v1 on purpose: every /v1 route needs a bearer token, and the page asks this first.

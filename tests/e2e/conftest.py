@@ -104,20 +104,71 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
     browser.close()
 
 
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    """A fresh browser profile: its own storage, so its own signed-in user."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+# The two sizes every web-client behaviour is proven at: a laptop and a phone.
+SCREENS: dict[str, dict[str, Any]] = {
+    "desktop": {"viewport": {"width": 1280, "height": 800}},
+    "phone": {
+        "viewport": {"width": 390, "height": 844},
+        "is_mobile": True,
+        "has_touch": True,
+        "device_scale_factor": 2,
+    },
+}
+
+
+@pytest.fixture(params=list(SCREENS))
+def screen(request: pytest.FixtureRequest) -> str:
+    """The screen size of this test's browser (tests run at each; override with indirect
+    parametrization to pin one)."""
+    return str(request.param)
+
+
+def new_context(browser: Browser, screen: str, **options: Any) -> BrowserContext:
+    """A fresh browser profile at this screen size: its own storage, so its own signed-in user."""
+    context = browser.new_context(**{**SCREENS[screen], **options})
     context.set_default_timeout(15_000)
+    return context
+
+
+@pytest.fixture
+def context(browser: Browser, screen: str) -> Iterator[BrowserContext]:
+    context = new_context(browser, screen)
     yield context
     context.close()
 
 
+def guard(page: Page) -> list[str]:
+    """Collects every uncaught script error and every Content-Security-Policy refusal on `page`
+    (the console message and the DOM's violation event); the caller asserts the list is empty."""
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
+    page.on(
+        "console",
+        lambda message: (
+            errors.append(message.text)
+            if "Content Security Policy" in message.text
+            or "Content-Security-Policy" in message.text
+            else None
+        ),
+    )
+    page.add_init_script(
+        "document.addEventListener('securitypolicyviolation', (event) => console.error("
+        "`Content Security Policy violation: ${event.violatedDirective} ${event.blockedURI}`))"
+    )
+    return errors
+
+
 @pytest.fixture
-def page(context: BrowserContext) -> Page:
-    return context.new_page()
+def page(context: BrowserContext) -> Iterator[Page]:
+    """A page that fails its test on any script error or Content-Security-Policy violation."""
+    page = context.new_page()
+    errors = guard(page)
+    yield page
+    assert errors == [], errors
 
 
 def screenshot(page: Page, name: str) -> None:
+    """Keeps what the page looked like (test-artifacts/, for a person reading a failed run)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    width = (page.viewport_size or {"width": 0})["width"]
+    page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"))

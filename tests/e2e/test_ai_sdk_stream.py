@@ -80,7 +80,8 @@ def test_the_ai_sdk_parses_the_stream_and_use_chat_runs_on_it(
         check=False,
     )
     assert result.returncode == 0, f"node --test failed:\n{result.stdout}\n{result.stderr}"
-    summary = dict(re.findall(r"^ℹ (tests|pass|fail|skipped|todo|cancelled) (\d+)$",
-                              result.stdout, re.M))
+    summary = dict(
+        re.findall(r"^ℹ (tests|pass|fail|skipped|todo|cancelled) (\d+)$", result.stdout, re.M)
+    )
     assert summary.get("tests") == summary.get("pass") != "0", result.stdout
     assert summary.get("skipped") == summary.get("todo") == "0", result.stdout

@@ -1,0 +1,121 @@
+// The API client: bearer token, one error shape, and the end of a session on a 401.
+//
+// The API answers every error as {"error": {"code", "message"}}; the client relies on that shape
+// and on nothing else. A client belongs to one signed-in person: closing it (sign-out, an expired
+// token) aborts everything it still has in flight, so no late answer can reach the next person.
+
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+// Thrown instead of an answer once the client was closed: views ignore it.
+export class SessionEnded extends Error {
+  constructor() {
+    super("The session has ended.");
+    this.name = "SessionEnded";
+  }
+}
+
+export function isSessionEnd(error) {
+  return error instanceof SessionEnded;
+}
+
+export async function errorFrom(response) {
+  let code = `http_${response.status}`;
+  let message = response.statusText || "The request failed.";
+  try {
+    const body = await response.json();
+    code = body.error.code;
+    message = body.error.message;
+  } catch {
+    // Not the API's error body (a proxy's page, an empty body): keep the HTTP status.
+  }
+  return new ApiError(response.status, code, message);
+}
+
+export function describe(error) {
+  if (error instanceof ApiError) return `${error.message} (${error.code})`;
+  if (error instanceof TypeError) return "The server could not be reached. Check your connection and try again.";
+  return error && error.message ? error.message : String(error);
+}
+
+async function jsonOrNull(response) {
+  if (response.status === 204) return null;
+  const type = response.headers.get("content-type") || "";
+  return type.includes("json") ? response.json() : null;
+}
+
+export class ApiClient {
+  constructor(token, { onUnauthorized = () => {} } = {}) {
+    this.token = token;
+    this.onUnauthorized = onUnauthorized;
+    this.controller = new AbortController();
+  }
+
+  get closed() {
+    return this.controller.signal.aborted;
+  }
+
+  close() {
+    this.controller.abort();
+  }
+
+  async fetch(path, { method = "GET", body, signal, accept = "application/json" } = {}) {
+    if (this.closed) throw new SessionEnded();
+    const headers = { authorization: `Bearer ${this.token}`, accept };
+    const init = { method, headers, signal: signal
+      ? AbortSignal.any([this.controller.signal, signal]) : this.controller.signal };
+    if (body !== undefined) {
+      headers["content-type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(path, init);
+    } catch (error) {
+      if (this.closed) throw new SessionEnded();
+      throw error;
+    }
+    if (this.closed) throw new SessionEnded();
+    if (response.status === 401) {
+      const error = await errorFrom(response);
+      this.onUnauthorized(error);
+      throw new SessionEnded();
+    }
+    if (!response.ok) throw await errorFrom(response);
+    return response;
+  }
+
+  // A JSON request; the parsed answer, or null for 204.
+  async request(path, options = {}) {
+    const response = await this.fetch(path, options);
+    const body = await jsonOrNull(response);
+    if (this.closed) throw new SessionEnded();
+    return body;
+  }
+}
+
+// Before sign-in: the public facts the page needs (sign-in mode, offline model, memory flag).
+export async function fetchInfo() {
+  try {
+    const response = await fetch("/info");
+    if (response.ok) return await response.json();
+  } catch {
+    // The page still offers a sign-in; requests will say what is wrong.
+  }
+  return { auth_mode: "dev", offline: null, model: null, memory_enabled: null };
+}
+
+export async function issueDevToken(name) {
+  const response = await fetch("/dev/token", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ sub: name }),
+  });
+  if (!response.ok) throw await errorFrom(response);
+  return (await response.json()).access_token;
+}

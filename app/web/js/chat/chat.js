@@ -1,0 +1,126 @@
+// The chat: the current conversation, its messages, the composer and the turn in flight.
+
+import { describe, isSessionEnd } from "../api.js";
+import { Turn } from "./turn.js";
+
+export class Chat {
+  constructor({ view, composer, conversations, memory, notice, onNavigate = () => {},
+    onStreaming = () => {}, onSettled = () => {} }) {
+    this.view = view;
+    this.composer = composer;
+    this.conversations = conversations;
+    this.memory = memory;
+    this.notice = notice;
+    this.onNavigate = onNavigate;
+    this.onStreaming = onStreaming;
+    this.onSettled = onSettled;
+    this.client = null;
+    this.conversationId = null;
+    this.turn = null;
+    this.opening = 0; // the latest open request wins
+  }
+
+  attach(client) {
+    this.client = client;
+  }
+
+  get streaming() {
+    return this.turn !== null;
+  }
+
+  newConversation() {
+    if (this.turn) return;
+    this.opening += 1;
+    this.conversationId = null;
+    this.view.clear();
+    this.notice.clear();
+    this.conversations.markCurrent(null);
+    this.onNavigate();
+    this.composer.focus();
+  }
+
+  async open(id) {
+    if (this.turn) return;
+    const ticket = ++this.opening;
+    let conversation;
+    try {
+      conversation = await this.client.request(`/v1/conversations/${encodeURIComponent(id)}`);
+    } catch (error) {
+      if (!isSessionEnd(error)) this.notice.show(`Could not open the conversation: ${describe(error)}`, "error");
+      return;
+    }
+    if (ticket !== this.opening || this.turn) return;
+    this.conversationId = id;
+    this.notice.clear();
+    this.view.showTranscript(conversation.messages);
+    this.conversations.markCurrent(id);
+    this.onNavigate();
+    this.composer.focus();
+  }
+
+  async deleted(id) {
+    if (id === this.conversationId) this.newConversation();
+  }
+
+  async send(message) {
+    this.notice.clear();
+    this.opening += 1;
+    const now = new Date().toISOString();
+    this.view.addUser(message, now);
+    const answer = this.view.addAnswer({ streaming: true });
+    const turn = new Turn({
+      client: this.client,
+      message,
+      conversationId: this.conversationId,
+      answer,
+      onStart: (conversationId, status) => {
+        if (conversationId) this.conversationId = conversationId;
+        this.memory.setStatus(status);
+      },
+      onError: (text) => this.notice.show(text, "error"),
+    });
+    this.turn = turn;
+    const before = this.memory.turnStarted();
+    this.setStreaming(true);
+    try {
+      await turn.run();
+    } finally {
+      if (this.turn === turn) {
+        this.turn = null;
+        this.setStreaming(false);
+      }
+    }
+    if (turn.ended || !this.client) return;
+    await this.conversations.load();
+    this.conversations.markCurrent(this.conversationId);
+    turn.labelMemory(await this.memory.turnEnded(turn, before));
+    this.onSettled();
+  }
+
+  stop() {
+    if (this.turn) this.turn.stop();
+  }
+
+  setStreaming(streaming) {
+    this.composer.setStreaming(streaming);
+    this.view.setBusy(streaming);
+    this.conversations.setBusy(streaming);
+    this.onStreaming(streaming);
+  }
+
+  // The session ended: abort the turn and drop everything shown.
+  reset() {
+    if (this.turn) {
+      this.turn.ended = true;
+      this.turn.controller.abort();
+      this.turn = null;
+    }
+    this.client = null;
+    this.conversationId = null;
+    this.opening += 1;
+    this.setStreaming(false);
+    this.view.clear();
+    this.notice.clear();
+    this.composer.reset();
+  }
+}

@@ -1,0 +1,184 @@
+// The web client's start: sign-in, the workspace and what ties them together, including the
+// sign-out that leaves nothing of the previous person on the page.
+
+import { ApiClient, describe, fetchInfo, issueDevToken } from "./api.js";
+import { Composer } from "./chat/composer.js";
+import { Chat } from "./chat/chat.js";
+import { Follower } from "./chat/follow.js";
+import { MessageView } from "./chat/messages.js";
+import { ConversationList } from "./conversations.js";
+import { closeDialogs } from "./dialog.js";
+import { $, drawIcons, focusQuietly } from "./dom.js";
+import { Drawers } from "./drawers.js";
+import { MemoryPanel } from "./memory/panel.js";
+import { Notice } from "./notice.js";
+import { dropToken, keepToken, savedToken, subjectOf, takeTokenFromFragment } from "./session.js";
+
+const SESSION_ENDED = "Your session has ended. Please sign in again.";
+
+let info = { auth_mode: "dev" };
+let client = null;
+const signInNotice = new Notice($("sign-in-notice"));
+
+const follower = new Follower($("message-scroller"), $("jump-latest"), {
+  onJump: () => focusQuietly($("message-input")),
+});
+const drawers = new Drawers({
+  workspace: $("workspace"),
+  chat: $("chat"),
+  scrim: $("scrim"),
+  panels: {
+    conversations: { element: $("conversations"), toggle: $("toggle-conversations") },
+    memory: { element: $("memory"), toggle: $("toggle-memory") },
+  },
+});
+const memory = new MemoryPanel({
+  root: $("memory"),
+  onStatus: (status) => { $("welcome").dataset.memory = status === "disabled" ? "off" : "on"; },
+});
+const chatNotice = new Notice($("chat-notice"));
+const conversations = new ConversationList({
+  container: $("conversation-list"),
+  empty: $("conversations-empty"),
+  onOpen: (id) => chat.open(id),
+  onDeleted: (id) => chat.deleted(id),
+  onError: (text) => chatNotice.show(text, "error"),
+});
+const composer = new Composer({
+  form: $("composer"),
+  input: $("message-input"),
+  send: $("send"),
+  stop: $("stop"),
+  onSend: (text) => chat.send(text),
+  onStop: () => chat.stop(),
+});
+const chat = new Chat({
+  view: new MessageView({ list: $("messages"), welcome: $("welcome"), follower }),
+  composer,
+  conversations,
+  memory,
+  notice: chatNotice,
+  onNavigate: () => drawers.close({ restoreFocus: false }),
+  onStreaming: (streaming) => {
+    for (const id of ["new-conversation", "new-conversation-narrow"]) $(id).disabled = streaming;
+  },
+  // A turn is settled once its answer, the conversation list and memory are all shown: the
+  // count is a stable thing for tests and the screenshot script to wait on.
+  onSettled: () => { document.body.dataset.turns = String(Number(document.body.dataset.turns || 0) + 1); },
+});
+
+function showModelBadge() {
+  for (const badge of document.querySelectorAll(".model-badge")) {
+    if (info.offline) {
+      badge.textContent = "Offline model answering";
+      badge.title = "No language model is configured: the built-in offline model answers.";
+      badge.classList.add("offline");
+      badge.hidden = false;
+    } else if (info.model) {
+      badge.textContent = info.model;
+      badge.title = `Model: ${info.model}`;
+      badge.hidden = false;
+    }
+  }
+}
+
+function showSignIn(message = "") {
+  $("workspace").hidden = true;
+  $("sign-in").hidden = false;
+  const oidc = info.auth_mode === "oidc";
+  $("dev-sign-in").hidden = oidc;
+  $("token-sign-in").hidden = !oidc;
+  if (message) signInNotice.show(message, "error");
+  else signInNotice.clear();
+  focusQuietly(oidc ? $("token-input") : $("dev-name"));
+}
+
+async function signIn(token) {
+  client = new ApiClient(token, { onUnauthorized: () => signOut(SESSION_ENDED) });
+  const subject = subjectOf(token) || "unknown user";
+  keepToken(token);
+  for (const part of [conversations, memory, chat]) part.attach(client);
+  $("account-name").textContent = subject;
+  $("account-avatar").textContent = subject.slice(0, 1).toUpperCase();
+  $("account").hidden = false;
+  $("sign-in").hidden = true;
+  $("workspace").hidden = false;
+  signInNotice.clear();
+  chat.newConversation();
+  await Promise.all([conversations.load(), memory.load()]);
+}
+
+// Sign-out, or a 401 from an expired token: every request of the session is aborted and every
+// trace of the person leaves the page (name, conversations, messages, memory, statuses, drafts).
+function signOut(message = "") {
+  if (client) client.close();
+  client = null;
+  dropToken();
+  closeDialogs();
+  chat.reset();
+  conversations.reset();
+  memory.reset();
+  chatNotice.clear();
+  drawers.close({ restoreFocus: false });
+  $("account-name").textContent = "";
+  $("account-avatar").textContent = "";
+  $("account").hidden = true;
+  for (const form of document.querySelectorAll("#sign-in form")) form.reset();
+  showSignIn(message);
+}
+
+async function onDevSignIn(event) {
+  event.preventDefault();
+  const name = $("dev-name").value.trim();
+  signInNotice.clear();
+  try {
+    const token = await issueDevToken(name);
+    $("dev-name").value = "";
+    await signIn(token);
+  } catch (error) {
+    signInNotice.show(`Could not sign in: ${describe(error)}`, "error");
+  }
+}
+
+async function onTokenSignIn(event) {
+  event.preventDefault();
+  const token = $("token-input").value.trim();
+  signInNotice.clear();
+  // Tried before the workspace opens, so that a bad token is refused on the sign-in card.
+  const probe = new ApiClient(token, { onUnauthorized: () => {} });
+  try {
+    await probe.request("/v1/conversations");
+  } catch (error) {
+    const reason = error.name === "SessionEnded" ? "the server refused it" : describe(error);
+    signInNotice.show(`This token was not accepted: ${reason}.`, "error");
+    return;
+  }
+  $("token-input").value = "";
+  await signIn(token);
+}
+
+function wire() {
+  drawIcons();
+  $("dev-sign-in").addEventListener("submit", onDevSignIn);
+  $("token-sign-in").addEventListener("submit", onTokenSignIn);
+  $("sign-out").addEventListener("click", () => signOut());
+  for (const id of ["new-conversation", "new-conversation-narrow"]) {
+    $(id).addEventListener("click", () => chat.newConversation());
+  }
+  for (const suggestion of document.querySelectorAll(".suggestion")) {
+    suggestion.addEventListener("click", () => composer.fill(suggestion.textContent.trim()));
+  }
+}
+
+async function main() {
+  wire();
+  takeTokenFromFragment();
+  info = await fetchInfo();
+  showModelBadge();
+  const token = savedToken();
+  if (token) await signIn(token);
+  else showSignIn();
+  document.body.dataset.ready = "true";
+}
+
+main();

@@ -1,0 +1,106 @@
+// The memory panel's documents section: "About you" and "Agent notes", each with its usage bar,
+// its entries (edit, remove) and a field to add one. Every change goes through `apply`, which
+// sends it to the API; this module only shows state and collects the person's edits.
+
+import { $, button, el, focusQuietly } from "../dom.js";
+import { TARGETS } from "./model.js";
+
+const TITLES = { user: "About you", memory: "Agent notes" };
+
+export class DocumentsSection {
+  // apply(operations) -> Promise<boolean>: true when the API accepted the batch.
+  constructor({ root, apply }) {
+    this.root = root;
+    this.apply = apply;
+    this.editors = 0;
+    for (const form of root.querySelectorAll(".add-entry")) {
+      form.addEventListener("submit", (event) => this.onAdd(event));
+    }
+  }
+
+  render(state) {
+    for (const target of TARGETS) this.renderDocument(target, state[target]);
+  }
+
+  renderDocument(target, doc) {
+    const { entries, characters, limit } = doc;
+    const percent = Math.min(100, Math.round((characters * 100) / limit));
+    const meter = $(`doc-${target}-meter`);
+    meter.setAttribute("aria-valuemax", String(limit));
+    meter.setAttribute("aria-valuenow", String(characters));
+    meter.setAttribute("aria-valuetext", `${characters} of ${limit} characters used (${percent}%)`);
+    meter.dataset.level = percent >= 90 ? "high" : percent >= 70 ? "medium" : "low";
+    meter.querySelector(".usage-fill").style.width = `${percent}%`;
+    $(`doc-${target}-usage`).textContent =
+      `${characters.toLocaleString()} / ${limit.toLocaleString()} characters`;
+    const list = $(`doc-${target}-entries`);
+    list.replaceChildren(...entries.map((entry) => this.entryItem(target, entry)));
+    $(`doc-${target}-empty`).hidden = entries.length > 0;
+  }
+
+  entryItem(target, entry) {
+    const item = el("li", { className: "entry" });
+    const edit = button("Edit", () => this.startEdit(item, target, entry), {
+      iconName: "edit", iconOnly: true, label: `Edit: ${entry}` });
+    const remove = button("Remove", () => this.apply([{ target, action: "remove", match: entry }]), {
+      iconName: "trash", iconOnly: true, label: `Remove: ${entry}` });
+    item.append(el("p", { className: "entry-text", text: entry }),
+      el("div", { className: "entry-actions" }, [edit, remove]));
+    return item;
+  }
+
+  startEdit(item, target, entry) {
+    const id = `edit-${target}-${crypto.randomUUID()}`;
+    const input = el("textarea", { attrs: { id, rows: "3", required: "" } });
+    input.value = entry;
+    const restore = () => {
+      const fresh = this.entryItem(target, entry);
+      item.replaceWith(fresh);
+      focusQuietly(fresh.querySelector("button"));
+    };
+    const form = el("form", { className: "edit-entry" }, [
+      el("label", { className: "visually-hidden", text: `Edit entry in “${TITLES[target]}”`,
+        attrs: { for: id } }),
+      input,
+      el("div", { className: "edit-actions" }, [
+        button("Cancel", restore, { className: "secondary small" }),
+        button("Save", null, { className: "primary small", type: "submit" }),
+      ]),
+    ]);
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const content = input.value.trim();
+      if (!content || content === entry) return restore();
+      await this.apply([{ target, action: "replace", match: entry, content }]);
+    });
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") {
+        event.stopPropagation();
+        restore();
+      }
+    });
+    item.replaceChildren(form);
+    item.classList.add("editing");
+    focusQuietly(input);
+  }
+
+  async onAdd(event) {
+    event.preventDefault();
+    const form = event.currentTarget;
+    const input = form.querySelector("input");
+    const content = input.value.trim();
+    if (!content) return;
+    if (await this.apply([{ target: form.dataset.target, action: "add", content }])) {
+      input.value = "";
+      focusQuietly(input);
+    }
+  }
+
+  reset() {
+    for (const target of TARGETS) {
+      this.renderDocument(target, { entries: [], characters: 0, limit: 1 });
+      $(`doc-${target}-usage`).textContent = "";
+    }
+    for (const input of this.root.querySelectorAll("input")) input.value = "";
+  }
+}

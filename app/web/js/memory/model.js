@@ -1,0 +1,98 @@
+// What changed in memory and how to say it: pure functions over the API's memory state
+// (`{"user": {"entries", "characters", "limit"}, "memory": {...}}`), no DOM, no requests.
+
+export const TARGETS = ["user", "memory"];
+
+export function entriesOf(state, target) {
+  return state ? state[target].entries : [];
+}
+
+// Entries added and removed per document between two states (entries are unique in a document).
+export function diff(before, after) {
+  const result = { changed: false };
+  for (const target of TARGETS) {
+    const old = new Set(entriesOf(before, target));
+    const now = new Set(entriesOf(after, target));
+    const added = [...now].filter((entry) => !old.has(entry));
+    const removed = [...old].filter((entry) => !now.has(entry));
+    result[target] = { added, removed };
+    if (added.length || removed.length) result.changed = true;
+  }
+  return result;
+}
+
+function plural(count, one, many) {
+  return `${count} ${count === 1 ? one : many}`;
+}
+
+// "1 new entry, 1 entry updated": a replace shows as one entry gone and one new in its place.
+export function summarize(difference) {
+  let added = 0;
+  let updated = 0;
+  let removed = 0;
+  for (const target of TARGETS) {
+    const { added: plus, removed: minus } = difference[target];
+    const pairs = Math.min(plus.length, minus.length);
+    updated += pairs;
+    added += plus.length - pairs;
+    removed += minus.length - pairs;
+  }
+  const parts = [];
+  if (added) parts.push(plural(added, "new entry", "new entries"));
+  if (updated) parts.push(plural(updated, "entry updated", "entries updated"));
+  if (removed) parts.push(plural(removed, "entry removed", "entries removed"));
+  return parts.join(", ");
+}
+
+export const ALREADY_SAVED = "Already saved: nothing changed.";
+
+// What one edit from the panel did, from the states before it and in the API's answer.
+export function editOutcome(before, after) {
+  const difference = diff(before, after);
+  if (!difference.changed) return { text: ALREADY_SAVED, kind: "info" };
+  return { text: `Saved: ${summarize(difference)}.`, kind: "success" };
+}
+
+const FAILURE_REASONS = {
+  stale_match: "memory changed in the meantime, so the update no longer applied",
+};
+
+function discarded(text) {
+  return { text, kind: "warning", short: "Memory update discarded" };
+}
+
+// What a turn did to memory. `turn` holds what its events said (`stopped`, `failed`, the start
+// event's `status`, the memory event as `memory`, the `staged` operation count); `before` and
+// `after` are the states read before and after it (`after` is null when it could not be read).
+// Returns null when there is nothing worth saying; `short` labels the answer's memory chip.
+export function turnOutcome(turn, before, after) {
+  if (turn.stopped) return discarded("Nothing saved: the answer was stopped.");
+  if (turn.failed) return discarded("Nothing saved: the answer failed.");
+  if (turn.status === "disabled") return discarded("Memory is switched off: nothing saved.");
+  if (turn.status === "unavailable") return discarded("Memory was unavailable: nothing saved.");
+  const event = turn.memory;
+  if (!event) return null;
+  switch (event.outcome) {
+    case "committed": {
+      if (!after) {
+        return { text: `Saved ${plural(turn.staged || 1, "change", "changes")}.`, kind: "success",
+          short: "Memory updated" };
+      }
+      const difference = diff(before, after);
+      if (!difference.changed) return { text: ALREADY_SAVED, kind: "info", short: "Already in memory" };
+      return { text: `Saved: ${summarize(difference)}.`, kind: "success", short: "Memory updated" };
+    }
+    case "none":
+      // Staged edits that changed nothing (a fact already remembered) end as `none` too.
+      return turn.staged ? { text: ALREADY_SAVED, kind: "info", short: "Already in memory" } : null;
+    case "proposed":
+      return { text: `${plural(turn.staged || 1, "change is", "changes are")} waiting for your approval.`,
+        kind: "info", short: "Waiting for your approval" };
+    case "failed": {
+      const reason = FAILURE_REASONS[event.reason] || "memory could not be written";
+      return { text: `Not saved: ${reason}.`, kind: "error", short: "Memory not saved" };
+    }
+    default:
+      return null;
+  }
+}
