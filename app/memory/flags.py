@@ -10,6 +10,7 @@ from typing import Literal
 
 import structlog
 from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from app.db.deadline import within
 from app.db.schema import feature_flags
@@ -63,6 +64,25 @@ def write_flag(engine: Engine, name: str, enabled: bool, updated_by: str | None)
         except Exception:
             if _attempt:
                 raise
+    return FlagState(name=name, enabled=enabled, source="database", updated_by=updated_by)
+
+
+def seed_flag(engine: Engine, name: str, enabled: bool, updated_by: str) -> FlagState:
+    """Store `enabled` unless the flag is already stored; returns the stored state.
+
+    For `serve`, whose embedded default (memory on) would otherwise live only in its own
+    environment: stored, every reader (the CLI, other processes) sees the same effective flag.
+    """
+    state = read_flag(engine, name, enabled)
+    if state.source == "database":
+        return state
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                insert(feature_flags).values(name=name, enabled=enabled, updated_by=updated_by)
+            )
+    except IntegrityError:  # another process stored it first: theirs stands
+        return read_flag(engine, name, enabled)
     return FlagState(name=name, enabled=enabled, source="database", updated_by=updated_by)
 
 
