@@ -73,8 +73,8 @@ def is_retryable(error: BaseException) -> bool:
 
 
 def is_timeout(error: BaseException) -> bool:
-    """A lock or statement wait that ran out of its bound: a clear failure, never retried (the
-    same wait would run out again while its cause, a held lock or a slow server, persists)."""
+    """A lock or statement wait that ran out of its bound: a clear failure. Not retried, except
+    SQLite's busy error, which `is_retryable` also accepts (it can mean a momentary conflict)."""
     if not isinstance(error, DBAPIError) or error.orig is None:
         return False
     sqlstate, code = _driver_code(error)
@@ -82,7 +82,9 @@ def is_timeout(error: BaseException) -> bool:
         return True
     if _mssql_native_code(error) in TIMEOUT_MSSQL_CODES:
         return True
-    return str(error.orig).startswith("('HYT00'")  # pyodbc: query timeout expired
+    message = str(error.orig)
+    # pyodbc: query timeout expired; SQLite: the busy timeout ran out (retried a few times first).
+    return message.startswith("('HYT00'") or "database is locked" in message.lower()
 
 
 def is_unique_violation(error: BaseException) -> bool:

@@ -136,13 +136,13 @@ class MemoryService:
             try:
                 updated, changed = self._commit_once(user_id, batches, should_cancel)
             except Exception as error:
+                retryable = is_retryable(error) or is_unique_violation(error)
+                if retryable and attempt < self.max_attempts and not should_cancel():
+                    self._sleep(self.backoff_seconds * attempt * (0.5 + random.random()))
+                    continue
                 if is_timeout(error):
                     raise MemoryBusyError("the memory commit ran out of its time bound") from error
-                retryable = is_retryable(error) or is_unique_violation(error)
-                if not retryable or attempt >= self.max_attempts or should_cancel():
-                    raise
-                self._sleep(self.backoff_seconds * attempt * (0.5 + random.random()))
-                continue
+                raise
             return CommitResult(
                 snapshot=updated,
                 changed=changed,
