@@ -86,8 +86,7 @@ def connect_args(url: URL, limits: DatabaseLimits) -> dict[str, Any]:
             options.append(f"-c statement_timeout={_ms(limits.statement_timeout_seconds)}")
         if limits.operation_timeout_seconds is not None:
             options.append(
-                "-c idle_in_transaction_session_timeout="
-                f"{_ms(limits.operation_timeout_seconds)}"
+                f"-c idle_in_transaction_session_timeout={_ms(limits.operation_timeout_seconds)}"
             )
         return {"connect_timeout": limits.connect_timeout_seconds, "options": " ".join(options)}
     if backend in ("mysql", "mariadb"):

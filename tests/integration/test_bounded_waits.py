@@ -50,18 +50,22 @@ def backend(engine: Engine) -> str:
 def test_every_session_carries_the_configured_bounds(engine: Engine, db_url: str) -> None:
     """A new connection already runs under DB_STATEMENT_TIMEOUT_SECONDS and
     DB_LOCK_TIMEOUT_SECONDS, as the server reports them."""
-    limits = DatabaseLimits(statement_timeout_seconds=7, lock_timeout_seconds=3,
-                            operation_timeout_seconds=40)
+    limits = DatabaseLimits(
+        statement_timeout_seconds=7, lock_timeout_seconds=3, operation_timeout_seconds=40
+    )
     with bounded_engine(db_url, limits) as bounded, bounded.connect() as connection:
         if backend(bounded) == "postgresql":
-            row = connection.execute(text(
-                "SELECT current_setting('statement_timeout'), current_setting('lock_timeout'), "
-                "current_setting('idle_in_transaction_session_timeout')")).one()
+            row = connection.execute(
+                text(
+                    "SELECT current_setting('statement_timeout'), current_setting('lock_timeout'), "
+                    "current_setting('idle_in_transaction_session_timeout')"
+                )
+            ).one()
             assert tuple(row) == ("7s", "3s", "40s")
         elif backend(bounded) in ("mysql", "mariadb"):
-            row = connection.execute(text(
-                "SELECT @@max_statement_time, @@innodb_lock_wait_timeout, @@lock_wait_timeout"
-            )).one()
+            row = connection.execute(
+                text("SELECT @@max_statement_time, @@innodb_lock_wait_timeout, @@lock_wait_timeout")
+            ).one()
             assert (float(row[0]), int(row[1]), int(row[2])) == (7.0, 3, 3)
         else:
             assert connection.execute(text("PRAGMA busy_timeout")).scalar() == 3000
@@ -97,8 +101,9 @@ def rows_locked_elsewhere(engine: Engine, user_id: str) -> Iterator[None]:
     holder = engine.connect().execution_options(**{SQLITE_IMMEDIATE: True})
     transaction = holder.begin()  # SQLite: BEGIN IMMEDIATE, which locks the whole database
     if backend(engine) != "sqlite":
-        holder.execute(select(agent_memory).where(agent_memory.c.user_id == user_id)
-                       .with_for_update()).all()
+        holder.execute(
+            select(agent_memory).where(agent_memory.c.user_id == user_id).with_for_update()
+        ).all()
     try:
         yield
     finally:
@@ -164,8 +169,11 @@ class HeldWrite:
     def run(self) -> None:
         try:
             with self.engine.begin() as connection:
-                connection.execute(insert(agent_memory).values(
-                    user_id=self.user_id, memory_type="user", content="written"))
+                connection.execute(
+                    insert(agent_memory).values(
+                        user_id=self.user_id, memory_type="user", content="written"
+                    )
+                )
                 self.inserted.set()
                 self.go_on.wait(UNBOUNDED_SECONDS)
         except BaseException as error:

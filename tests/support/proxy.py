@@ -28,8 +28,7 @@ class FreezableProxy:
         self.port = 0
         self.connections = 0  # accepted so far
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="db-proxy",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="db-proxy", daemon=True)
         self._open: asyncio.Event | None = None
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -84,8 +83,9 @@ class FreezableProxy:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._server.wait_closed()
 
-    async def _accept(self, client_reader: asyncio.StreamReader,
-                      client_writer: asyncio.StreamWriter) -> None:
+    async def _accept(
+        self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None and self._open is not None
         self._tasks.add(task)  # type: ignore[arg-type]
