@@ -12,9 +12,11 @@ mechanisms close that gap, installed on the engine by `install`:
   liveness ping runs under the lease too: it is done here instead of by `pool_pre_ping`, which
   would ping before any checkout hook could lease the connection.
 - A caller that stops waiting (`app.db.deadline.within`) abandons the `Fence` that its worker
-  threads see through a context variable. An abandoned worker cannot check out a connection or
-  emit COMMIT, and the connections it holds are broken right away. A COMMIT already sent when
-  the caller gave up is in doubt, as for every database client; none is sent after.
+  threads see through a context variable. An abandoned worker cannot run a statement or emit
+  COMMIT, and the connections it holds are broken right away, so its thread ends instead of
+  waiting on the peer. A connection it obtains afterwards (a slow connect that completed late)
+  goes back to the pool unused rather than being discarded. A COMMIT already sent when the
+  caller gave up is in doubt, as for every database client; none is sent after.
 """
 
 from __future__ import annotations
@@ -190,9 +192,9 @@ class Watchdog:
         unbounded = self.lease_seconds is None
         deadline = math.inf if self.lease_seconds is None else self._clock() + self.lease_seconds
         lease = Lease(self, breaker, deadline)
-        if fence is not None and not fence.attach(lease):
-            lease.release()
-            raise WorkAbandonedError("database work abandoned by its caller (checkout)")
+        if fence is not None:
+            # Refused once abandoned: then the fence's statement check stops the work instead.
+            fence.attach(lease)
         if unbounded:  # migrations: only a fence can break this lease
             return lease
         with self._condition:
@@ -252,9 +254,11 @@ def install(engine: Engine, *, lease_seconds: float | None) -> Watchdog:
     def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         _end_lease(record)  # the pool retries a checkout on the same record after a failed ping
         fence = current_fence.get()
-        if fence is not None:
-            fence.check("checkout")
         record.record_info[LEASE_KEY] = watchdog.lease(breaker_for(dbapi_connection), fence)
+        if fence is not None and fence.abandoned:
+            # Its caller has gone: no ping, and its first statement is refused (below), so the
+            # connection, maybe just opened at some cost, goes back to the pool unused.
+            return
         if record.info.pop(FRESH_KEY, False):
             return
         try:
@@ -265,6 +269,12 @@ def install(engine: Engine, *, lease_seconds: float | None) -> Watchdog:
                 # The pool discards this connection and checks out a fresh one.
                 raise DisconnectionError("the pooled connection failed its ping") from error
             raise
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _on_statement(*_args: Any) -> None:
+        fence = current_fence.get()
+        if fence is not None:
+            fence.check("statement")
 
     @event.listens_for(engine, "checkin")
     def _on_checkin(_dbapi_connection: Any, record: Any) -> None:

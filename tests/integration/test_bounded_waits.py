@@ -205,9 +205,13 @@ async def test_work_abandoned_at_its_deadline_never_commits(engine: Engine) -> N
     assert memory_rows(engine, "late") == 0
 
 
-def test_an_abandoned_fence_refuses_new_connections(engine: Engine) -> None:
-    """A worker that only starts after its caller gave up (it was queued for a thread) never
-    reaches the database: its checkout is refused."""
+def test_work_that_starts_after_its_deadline_never_reaches_the_database(engine: Engine) -> None:
+    """A worker that only starts after its caller gave up (it was queued for a thread, or its
+    connect completed late) runs no statement; the connection it got goes back to the pool
+    unharmed instead of being thrown away."""
+    with engine.connect() as connection:  # one pooled connection, known to the test
+        connection.execute(text("SELECT 1"))
+    pooled = engine.pool.checkedin()
     fence = Fence()
     fence.abandon()
     token = current_fence.set(fence)
@@ -216,5 +220,6 @@ def test_an_abandoned_fence_refuses_new_connections(engine: Engine) -> None:
             connection.execute(text("SELECT 1"))
     finally:
         current_fence.reset(token)
-    with engine.connect() as connection:  # the pool is unharmed
+    assert engine.pool.checkedin() == pooled
+    with engine.connect() as connection:
         assert connection.execute(text("SELECT 1")).scalar() == 1
