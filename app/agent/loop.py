@@ -47,7 +47,7 @@ from app.agent.tools import MEMORY_TOOL_NAME, run_memory_tool, unknown_tool_resu
 from app.conversations.repository import MessageStatus, Role
 from app.conversations.service import ConversationService
 from app.db.deadline import DeadlineExceededError, within
-from app.memory.flags import FlagStore, FlagUnavailableError
+from app.memory.flags import FlagStore
 from app.memory.ledger import MemoryLedger
 from app.memory.render import MemoryStatus
 from app.memory.rules import MemoryValidationError, Snapshot
@@ -224,13 +224,15 @@ class Turn:
         flag = await flags.memory_status(seconds=_remaining(deadline))
         if flag == "disabled":
             return "disabled", Snapshot(), None
+        if flag == "unavailable":
+            log.warning("memory.read_failed", turn_id=self.turn_id, error_type="FlagUnavailable")
+            return "unavailable", Snapshot(), None
         try:
-            if flag == "unavailable":
-                raise FlagUnavailableError("the memory flag could not be read")
             snapshot = await memory.read_async(user_id, seconds=_remaining(deadline))
         except Exception as error:
+            # `cause` names the failure (e.g. DeadlineExceededError); it never holds content.
             log.warning("memory.read_failed", turn_id=self.turn_id,
-                        error_type=type(error).__name__)
+                        error_type=type(error).__name__, cause=str(error))
             return "unavailable", Snapshot(), None
         return "available", snapshot, MemoryLedger(snapshot)
 
