@@ -22,11 +22,11 @@ def _fail(message: str) -> int:
 
 
 def cmd_migrate(_args: argparse.Namespace) -> int:
-    from app.db.engine import build_engine
+    from app.db.engine import build_engine, migration_limits
     from app.db.migrate import head_revision, upgrade
 
     settings = load_settings()
-    engine = build_engine(settings.database_url)
+    engine = build_engine(settings.database_url, migration_limits(settings))
     try:
         upgrade(engine)
     finally:
@@ -38,16 +38,20 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.db.engine import build_engine
+    from app.db.engine import build_engine, migration_limits
     from app.db.migrate import upgrade
+    from app.memory.flags import MEMORY_FLAG, seed_flag
 
     for name, value in SERVE_DEFAULTS.items():
         os.environ.setdefault(name, value)
     get_settings.cache_clear()
     settings = get_settings()  # validates, and creates the dev secret file when needed
-    engine = build_engine(settings.database_url)
+    engine = build_engine(settings.database_url, migration_limits(settings))
     try:
         upgrade(engine)
+        # Stored, not just in this process's environment: `flags get` and every other process
+        # on this database then report the flag this server follows.
+        seed_flag(engine, MEMORY_FLAG, settings.memory_enabled, updated_by="serve")
     finally:
         engine.dispose()
     url = f"http://{args.host}:{args.port}"
@@ -67,11 +71,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_flags(args: argparse.Namespace) -> int:
-    from app.db.engine import build_engine
+    from app.db.engine import build_engine, database_limits
     from app.memory.flags import KNOWN_FLAGS, read_flag, write_flag
 
     settings = load_settings()
-    engine = build_engine(settings.database_url)
+    engine = build_engine(settings.database_url, database_limits(settings))
     try:
         if args.flags_command == "set":
             state = write_flag(engine, args.name, args.value == "on", updated_by="cli")
@@ -82,6 +86,11 @@ def cmd_flags(args: argparse.Namespace) -> int:
             state = read_flag(engine, name, default)
             print(f"{state.name}: {'on' if state.enabled else 'off'} ({state.source})")
         return 0
+    except Exception as error:
+        # Never a guessed default: a server that cannot read the table runs with memory off.
+        print(f"error: the flags cannot be read or written ({type(error).__name__}); "
+              "a running service keeps memory off until they can", file=sys.stderr)
+        return 1
     finally:
         engine.dispose()
 
@@ -127,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="migrate if needed, then serve the API",
         description="Migrate the database if needed, then serve app.main:app with uvicorn. "
         "Defaults: SQLite under ./data, dev auth with a secret kept in ./data/dev-secret, "
-        "the offline model, MEMORY_ENABLED=true and LOG_FORMAT=console unless set.",
+        "the offline model, MEMORY_ENABLED=true and LOG_FORMAT=console unless set. "
+        "The memory flag is stored in the database on first start (MEMORY_ENABLED), so that "
+        "`flags get` and every process on the database report the flag this server follows.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")

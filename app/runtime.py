@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
@@ -10,7 +12,7 @@ from sqlalchemy import Engine
 from app.agent.agents import AgentRegistry
 from app.api.auth import DevTokens, TokenVerifier, build_verifier
 from app.conversations.service import ConversationService
-from app.db.engine import build_engine
+from app.db.engine import DatabaseLimits, build_engine, database_limits
 from app.memory.flags import FlagStore
 from app.memory.service import MemoryService
 from app.settings import Settings
@@ -37,19 +39,40 @@ def build_runtime(
 ) -> Runtime:
     """Builds clients without connecting: the engine and the JWKS client connect on first use."""
     verifier, dev_tokens = build_verifier(settings)
-    engine = build_engine(settings.database_url)
+    limits = database_limits(settings)
+    engine = build_engine(settings.database_url, limits)
+    size_worker_threads(limits)
     return Runtime(
         settings=settings,
         engine=engine,
-        memory=MemoryService(engine),
+        memory=MemoryService(engine, read_timeout_seconds=settings.memory_read_timeout_seconds),
         flags=FlagStore(
             engine,
             default_memory=settings.memory_enabled,
             ttl_seconds=settings.flag_cache_seconds,
+            read_timeout_seconds=settings.flag_read_timeout_seconds,
         ),
         verifier=verifier,
         dev_tokens=dev_tokens,
         # Agents are built lazily on first use; `model_transport` lets tests script the model.
         agents=AgentRegistry(settings, model_transport=model_transport),
         conversations=ConversationService(engine),
+    )
+
+
+def size_worker_threads(limits: DatabaseLimits) -> None:
+    """Give the running loop's `asyncio.to_thread` one worker thread per pooled connection.
+
+    Database calls run on the loop's default executor, which Python sizes from the CPU count
+    (min(32, CPUs + 4): six threads on a two-core host) whatever the pool holds. Fewer threads
+    than connections queue work in front of idle connections, with no bound on that queue;
+    more would only wait on the pool. Threads left behind by a deadline end within the lease
+    (DB_OPERATION_TIMEOUT_SECONDS) or at once when their caller's fence breaks their connection.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # built outside an event loop (a script): nothing to size
+        return
+    loop.set_default_executor(
+        ThreadPoolExecutor(max_workers=limits.connections, thread_name_prefix="db-worker")
     )

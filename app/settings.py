@@ -25,6 +25,16 @@ class Settings(BaseSettings):
     # Storage
     database_url: str = "sqlite:///./data/agent_memory.db"
 
+    # Database waits: every one is bounded (docs/operations-timeouts.md has the per-dialect notes)
+    db_connect_timeout_seconds: int = Field(default=5, ge=2, le=300)
+    db_pool_size: int = Field(default=5, ge=1, le=200)
+    db_pool_max_overflow: int = Field(default=10, ge=0, le=200)
+    db_pool_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    db_statement_timeout_seconds: float = Field(default=15.0, ge=1, le=3600)
+    db_lock_timeout_seconds: float = Field(default=5.0, ge=1, le=3600)
+    db_operation_timeout_seconds: float = Field(default=30.0, ge=1, le=7200)
+    readiness_timeout_seconds: float = Field(default=3.0, ge=0.1, le=60)
+
     # Identity
     auth_mode: Literal["dev", "oidc"] = "dev"
     auth_dev_secret: SecretStr | None = None
@@ -61,6 +71,8 @@ class Settings(BaseSettings):
     # Memory and prompts
     memory_enabled: bool = False
     flag_cache_seconds: float = Field(default=3.0, ge=0, le=60)
+    flag_read_timeout_seconds: float = Field(default=1.0, ge=0.05, le=60)
+    memory_read_timeout_seconds: float = Field(default=1.0, ge=0.05, le=60)
     prompt_version: str = Field(default="v1", pattern=r"^v\d+$")
     eval_prompt_version: str = Field(default="v1", pattern=r"^v\d+$")
     history_messages: int = Field(default=20, ge=0, le=200)
@@ -91,6 +103,22 @@ class Settings(BaseSettings):
     @classmethod
     def _blank_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _check_waits(self) -> Settings:
+        # The server's own bounds must fire first, so that a slow statement ends with the
+        # database's clear error; the client-side bound is the backstop for a silent peer.
+        if self.db_lock_timeout_seconds > self.db_statement_timeout_seconds:
+            raise ValueError(
+                "DB_LOCK_TIMEOUT_SECONDS must not exceed DB_STATEMENT_TIMEOUT_SECONDS "
+                "(a lock wait is part of a statement)"
+            )
+        if self.db_operation_timeout_seconds <= self.db_statement_timeout_seconds:
+            raise ValueError(
+                "DB_OPERATION_TIMEOUT_SECONDS must exceed DB_STATEMENT_TIMEOUT_SECONDS "
+                "(the database's own timeout must answer first)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_auth(self) -> Settings:

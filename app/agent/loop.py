@@ -47,6 +47,7 @@ from app.agent.tools import MEMORY_TOOL_NAME, run_memory_tool, unknown_tool_resu
 from app.concurrency import CLEANUP_SECONDS, finish_even_if_cancelled
 from app.conversations.repository import MessageStatus, Role
 from app.conversations.service import ConversationService
+from app.db.deadline import DeadlineExceededError, within
 from app.memory.flags import FlagStore
 from app.memory.ledger import MemoryLedger
 from app.memory.render import MemoryStatus
@@ -212,9 +213,14 @@ class Turn:
 
     async def _open(self) -> TurnContext:
         user_id = self.request.user_id
-        # Independent reads and writes, run side by side: they are the time to first text.
+        # Independent reads and writes, run side by side: they are the time to first text. Both
+        # end by one deadline (MEMORY_READ_TIMEOUT_SECONDS), so `start` never waits on a database
+        # that hangs.
+        deadline = asyncio.get_running_loop().time() + (
+            self.services.settings.memory_read_timeout_seconds
+        )
         (status, snapshot, ledger), conversation_id = await asyncio.gather(
-            self._load_memory(user_id), self._conversation(user_id)
+            self._load_memory(user_id, deadline), self._conversation(user_id, deadline)
         )
         self.context = TurnContext(
             turn_id=self.turn_id,
@@ -232,35 +238,50 @@ class Turn:
         return self.context
 
     async def _load_memory(
-        self, user_id: str | None
+        self, user_id: str | None, deadline: float
     ) -> tuple[MemoryStatus, Snapshot, MemoryLedger | None]:
         """Fail open for the answer, closed for writes: after a read error there is no ledger,
-        not even an empty one."""
+        not even an empty one. A flag that cannot be read counts as a read error (memory is off
+        for the turn, never the MEMORY_ENABLED default)."""
         flags, memory = self.services.flags, self.services.memory
         if user_id is None or not self.agent.uses_memory or flags is None or memory is None:
             return "disabled", Snapshot(), None
-        enabled = await flags.memory_enabled()
+        flag = await flags.memory_status(seconds=_remaining(deadline))
+        if flag == "unavailable":
+            log.warning("memory.read_failed", turn_id=self.turn_id, error_type="FlagUnavailable")
+            return "unavailable", Snapshot(), None
         try:
-            snapshot = await memory.read_async(user_id)
+            snapshot = await memory.read_async(user_id, seconds=_remaining(deadline))
         except Exception as error:
             log.warning("memory.read_failed", turn_id=self.turn_id,
                         error_type=type(error).__name__)
-            return ("unavailable" if enabled else "disabled"), Snapshot(), None
-        if not enabled:
+            return ("unavailable" if flag == "enabled" else "disabled"), Snapshot(), None
+        if flag == "disabled":
             # Read only for the counts the memory event reports: never shown to the model.
             return "disabled", snapshot, None
         return "available", snapshot, MemoryLedger(snapshot)
 
-    async def _conversation(self, user_id: str | None) -> str | None:
-        """Store the user's message (best-effort): in a new conversation on the first turn, else
-        appended to the caller's conversation. Returns the conversation's id."""
+    async def _conversation(self, user_id: str | None, deadline: float) -> str | None:
+        """Store the user's message (best-effort, by `deadline`): in a new conversation on the
+        first turn, else appended to the caller's conversation. Returns the conversation's id,
+        None when a new one could not be stored in time (abandoned: it can never commit)."""
         conversations = self.services.conversations
         existing = self.request.conversation_id
         if user_id is None or not self.request.store_transcript or conversations is None:
             return existing
-        if existing is None:
-            return await conversations.create(user_id, self.turn_id, self.request.message)
-        await conversations.append(existing, self.turn_id, "user", self.request.message)
+        message, seconds = self.request.message, _remaining(deadline)
+        try:
+            if existing is None:
+                return await within(
+                    seconds, lambda: conversations.create(user_id, self.turn_id, message),
+                    what="conversation create",
+                )
+            await within(
+                seconds, lambda: conversations.append(existing, self.turn_id, "user", message),
+                what="transcript append",
+            )
+        except DeadlineExceededError:
+            log.warning("conversation.store_timed_out", turn_id=self.turn_id)
         return existing
 
     @contextlib.contextmanager
@@ -452,6 +473,10 @@ class _Settled:
     finish: FinishReason
     event: MemoryEvent
     reported: bool = False
+
+
+def _remaining(deadline: float) -> float:
+    return max(0.0, deadline - asyncio.get_running_loop().time())
 
 
 def report_commit(

@@ -7,8 +7,8 @@ from pydantic import BaseModel, ConfigDict, StrictBool
 
 from app.api.deps import Operator, RuntimeDep
 from app.api.errors import BODY_ERRORS, error_responses
-from app.errors import NotFound
-from app.memory.flags import KNOWN_FLAGS, FlagState
+from app.errors import NotFound, ServiceUnavailable
+from app.memory.flags import KNOWN_FLAGS, FlagState, FlagUnavailableError
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -38,7 +38,13 @@ def _view(state: FlagState) -> FlagView:
 
 @router.get("/flags", response_model=FlagsView, responses=error_responses(401, 403, 503))
 async def list_flags(_operator: Operator, runtime: RuntimeDep) -> FlagsView:
-    states = [await runtime.flags.get(name) for name in KNOWN_FLAGS]
+    try:
+        states = [await runtime.flags.get(name) for name in KNOWN_FLAGS]
+    except FlagUnavailableError:
+        raise ServiceUnavailable(
+            "The flags cannot be read right now; memory is off until they can.",
+            code="flags_unavailable",
+        ) from None
     return FlagsView(flags={state.name: _view(state) for state in states})
 
 

@@ -32,13 +32,16 @@ async def current_user(request: Request) -> AsyncIterator[Identity]:
     """Authenticate, then bind the verified subject as the memory owner for the whole request.
 
     The scope stays set until the response has been sent (streamed bodies included), and it is
-    the only place memory code takes a user id from. Writes follow the memory feature flag.
+    the only place memory code takes a user id from. Writes follow the memory feature flag, read
+    within FLAG_READ_TIMEOUT_SECONDS: a flag that cannot be read turns writes off (fail-closed),
+    and `request.state.memory_flag` says which it was ("enabled", "disabled", "unavailable").
     """
     runtime = get_runtime(request)
     identity = await authenticate(request, runtime)
     bind_subject(identity.subject)  # log lines carry a stable hash, never the subject
-    writes_enabled = await runtime.flags.memory_enabled()
-    with memory_scope(identity.subject, writes_enabled):
+    flag = await runtime.flags.memory_status()
+    request.state.memory_flag = flag
+    with memory_scope(identity.subject, flag == "enabled"):
         yield identity
 
 

@@ -1,4 +1,5 @@
-"""`/healthz` (the process is up) and `/readyz` (the database can serve memory right now)."""
+"""`/healthz` (the process is up) and `/readyz` (the database can serve memory right now, within
+READINESS_TIMEOUT_SECONDS)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import Engine, select, text, update
 
 from app.api.deps import RuntimeDep
+from app.db.deadline import DeadlineExceededError, within
 from app.db.migrate import current_revision, head_revision
 from app.db.schema import agent_memory
 
@@ -77,9 +79,20 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", responses={503: {"description": "Not ready, with the reason"}})
 async def readyz(runtime: RuntimeDep) -> JSONResponse:
+    """Ready only if every check passes within READINESS_TIMEOUT_SECONDS: a database that hangs
+    is not ready, and the abandoned probe can never commit (it never commits anyway)."""
+    seconds = runtime.settings.readiness_timeout_seconds
     try:
-        await asyncio.to_thread(check_readiness, runtime.engine)
+        await within(
+            seconds,
+            lambda: asyncio.to_thread(check_readiness, runtime.engine),
+            what="readiness check",
+        )
     except NotReadyError as error:
-        logger.warning("readiness.failed", reason=str(error))
-        return JSONResponse({"status": "not_ready", "reason": str(error)}, status_code=503)
-    return JSONResponse({"status": "ready"})
+        reason = str(error)
+    except DeadlineExceededError:
+        reason = f"database did not answer the readiness checks within {seconds:g} s"
+    else:
+        return JSONResponse({"status": "ready"})
+    logger.warning("readiness.failed", reason=reason)
+    return JSONResponse({"status": "not_ready", "reason": reason}, status_code=503)

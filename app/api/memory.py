@@ -26,7 +26,7 @@ from app.memory.rules import (
     Snapshot,
     parse_operations,
 )
-from app.memory.service import MemoryUnavailableError
+from app.memory.service import MemoryBusyError, MemoryUnavailableError
 
 logger = structlog.get_logger(__name__)
 
@@ -92,7 +92,11 @@ _OPERATIONS_REQUEST = {
 }
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "Missing or invalid bearer token"},
-    503: {"model": ErrorBody, "description": "Memory cannot be reached (memory_unavailable)"},
+    503: {
+        "model": ErrorBody,
+        "description": "Memory cannot be reached in time (memory_unavailable), or a change "
+        "waited too long for another one (memory_busy)",
+    },
 }
 
 
@@ -116,6 +120,7 @@ def _unavailable() -> ServiceUnavailable:
 
 @router.get("", response_model=MemoryState, responses=_ERRORS)
 async def read_memory(scope: MemoryScope, runtime: RuntimeDep) -> MemoryState:
+    # Bounded by MEMORY_READ_TIMEOUT_SECONDS: a database that hangs is a 503, not a hung request.
     try:
         snapshot = await runtime.memory.read_async(scope.user_id)
     except MemoryUnavailableError:
@@ -139,6 +144,12 @@ async def apply_memory_operations(
     request: Request, scope: MemoryScope, runtime: RuntimeDep
 ) -> MemoryState:
     if not scope.writes_enabled:
+        if getattr(request.state, "memory_flag", None) == "unavailable":
+            # Fail-closed: the flag could not be read, so writes stay off; that is an outage.
+            raise ServiceUnavailable(
+                "The memory switch cannot be read right now; nothing was changed.",
+                code="memory_unavailable",
+            )
         raise Conflict("Memory writes are switched off.", code="memory_disabled")
     try:
         payload = json.loads(await request.body())
@@ -158,6 +169,12 @@ async def apply_memory_operations(
         raise Unprocessable(error.message, code=error.code) from None
     except CommitCancelledError:
         raise
+    except MemoryBusyError:
+        logger.warning("memory.api_commit_failed", error="MemoryBusyError")
+        raise ServiceUnavailable(
+            "Memory is busy with another change; nothing was changed. Retry shortly.",
+            code="memory_busy",
+        ) from None
     except Exception as error:
         logger.warning("memory.api_commit_failed", error=type(error).__name__)
         raise _unavailable() from None

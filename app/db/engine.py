@@ -1,34 +1,181 @@
-"""Engine construction per dialect: SQLite gets WAL and up-front write locks on request."""
+"""Engine construction per dialect: bounded waits everywhere (connect, pool checkout, statements,
+locks, and a client-side lease), SQLite WAL and up-front write locks on request.
+
+docs/operations-timeouts.md explains each bound, per dialect, as an operator sees it.
+"""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import StaticPool
+
+from app.db import guard
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 # Execution option a caller sets on a SQLite connection to take the write lock at BEGIN.
 SQLITE_IMMEDIATE = "sqlite_immediate"
 
 
-def build_engine(url: str, *, echo: bool = False) -> Engine:
+@dataclass(frozen=True)
+class DatabaseLimits:
+    """Every database wait the service bounds; the defaults are the settings' defaults.
+
+    `None` lifts a statement or operation bound: only for migrations, whose DDL may rightly run
+    long on a big table (they keep the lock timeout, so they never queue in front of traffic).
+    """
+
+    connect_timeout_seconds: int = 5
+    pool_size: int = 5
+    pool_max_overflow: int = 10
+    pool_timeout_seconds: float = 10.0
+    statement_timeout_seconds: float | None = 15.0
+    lock_timeout_seconds: float = 5.0
+    operation_timeout_seconds: float | None = 30.0
+
+    @property
+    def connections(self) -> int:
+        """The most connections the pool opens at once."""
+        return self.pool_size + self.pool_max_overflow
+
+
+def database_limits(settings: Settings) -> DatabaseLimits:
+    return DatabaseLimits(
+        connect_timeout_seconds=settings.db_connect_timeout_seconds,
+        pool_size=settings.db_pool_size,
+        pool_max_overflow=settings.db_pool_max_overflow,
+        pool_timeout_seconds=settings.db_pool_timeout_seconds,
+        statement_timeout_seconds=settings.db_statement_timeout_seconds,
+        lock_timeout_seconds=settings.db_lock_timeout_seconds,
+        operation_timeout_seconds=settings.db_operation_timeout_seconds,
+    )
+
+
+def migration_limits(settings: Settings) -> DatabaseLimits:
+    return replace(
+        database_limits(settings), statement_timeout_seconds=None, operation_timeout_seconds=None
+    )
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def _whole_seconds(seconds: float) -> int:
+    return max(1, math.ceil(seconds))
+
+
+def connect_args(url: URL, limits: DatabaseLimits) -> dict[str, Any]:
+    """Driver arguments that bound connecting and, where the server allows it at connect time,
+    every statement and lock wait of the session."""
+    backend = url.get_backend_name()
+    if backend == "postgresql":
+        # Startup options: they hold for the whole session, before any statement runs. A
+        # transaction whose client went silent is ended by the server after the client-side
+        # lease, which releases its locks.
+        options = [str(url.query["options"])] if "options" in url.query else []
+        options.append(f"-c lock_timeout={_ms(limits.lock_timeout_seconds)}")
+        if limits.statement_timeout_seconds is not None:
+            options.append(f"-c statement_timeout={_ms(limits.statement_timeout_seconds)}")
+        if limits.operation_timeout_seconds is not None:
+            options.append(
+                f"-c idle_in_transaction_session_timeout={_ms(limits.operation_timeout_seconds)}"
+            )
+        return {"connect_timeout": limits.connect_timeout_seconds, "options": " ".join(options)}
+    if backend in ("mysql", "mariadb"):
+        # PyMySQL's socket timeouts bound each read and write on the wire (the handshake too).
+        arguments: dict[str, Any] = {"connect_timeout": limits.connect_timeout_seconds}
+        if limits.operation_timeout_seconds is not None:
+            wire = _whole_seconds(limits.operation_timeout_seconds)
+            arguments.update(read_timeout=wire, write_timeout=wire)
+        return arguments
+    if backend == "mssql":
+        return {"timeout": limits.connect_timeout_seconds}  # pyodbc's login timeout
+    if backend == "sqlite":
+        # The sqlite3 module's own busy wait, in seconds (the PRAGMA below sets it again).
+        return {"check_same_thread": False, "timeout": limits.lock_timeout_seconds}
+    return {}
+
+
+def session_statements(backend: str, limits: DatabaseLimits, *, mariadb: bool) -> list[str]:
+    """Statements run on every new connection to bound its statement and lock waits."""
+    lock_seconds = _whole_seconds(limits.lock_timeout_seconds)
+    if backend in ("mysql", "mariadb"):
+        statements = [
+            f"SET SESSION innodb_lock_wait_timeout = {lock_seconds}",  # row locks
+            f"SET SESSION lock_wait_timeout = {lock_seconds}",  # metadata locks, LOCK TABLES
+        ]
+        statement = limits.statement_timeout_seconds
+        if statement is not None and mariadb:
+            statements.append(f"SET SESSION max_statement_time = {statement:g}")
+        elif statement is not None:  # MySQL bounds read-only SELECTs only, in milliseconds
+            statements.append(f"SET SESSION max_execution_time = {_ms(statement)}")
+        return statements
+    if backend == "mssql":
+        return [f"SET LOCK_TIMEOUT {_ms(limits.lock_timeout_seconds)}"]
+    if backend == "sqlite":
+        return [f"PRAGMA busy_timeout={_ms(limits.lock_timeout_seconds)}"]
+    return []  # PostgreSQL: the startup options already hold
+
+
+def build_engine(url: str, limits: DatabaseLimits | None = None, *, echo: bool = False) -> Engine:
+    limits = limits or DatabaseLimits()
     parsed = make_url(url)
-    kwargs: dict[str, Any] = {"echo": echo, "pool_pre_ping": True}
-    if parsed.get_backend_name() == "sqlite":
+    backend = parsed.get_backend_name()
+    kwargs: dict[str, Any] = {"echo": echo, "connect_args": connect_args(parsed, limits)}
+    pooled = True
+    if backend == "sqlite":
         database = parsed.database or ""
         if database and database != ":memory:" and not database.startswith("file:"):
             Path(database).parent.mkdir(parents=True, exist_ok=True)
-        kwargs["connect_args"] = {"check_same_thread": False, "timeout": 15}
         if database in ("", ":memory:"):
             kwargs["poolclass"] = StaticPool
-        engine = create_engine(parsed, **kwargs)
-        _configure_sqlite(engine)
-        return engine
-    if parsed.get_backend_name() in ("mysql", "mariadb"):
+            pooled = False
+    if backend in ("mysql", "mariadb"):
         kwargs["pool_recycle"] = 3600
-    return create_engine(parsed, **kwargs)
+    if pooled:
+        kwargs.update(
+            pool_size=limits.pool_size,
+            max_overflow=limits.pool_max_overflow,
+            pool_timeout=limits.pool_timeout_seconds,
+        )
+    engine = create_engine(parsed, **kwargs)
+    _bound_sessions(engine, limits)
+    if backend == "sqlite":
+        _configure_sqlite(engine)
+    guard.install(engine, lease_seconds=limits.operation_timeout_seconds)
+    return engine
+
+
+def _bound_sessions(engine: Engine, limits: DatabaseLimits) -> None:
+    backend = engine.url.get_backend_name()
+    if backend not in ("mysql", "mariadb", "mssql", "sqlite"):
+        return
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        if backend == "mssql" and limits.statement_timeout_seconds is not None:
+            # pyodbc's query timeout: the client cancels a statement that runs longer.
+            dbapi_connection.timeout = _whole_seconds(limits.statement_timeout_seconds)
+        mariadb = backend == "mariadb" or "mariadb" in _server_info(dbapi_connection).lower()
+        cursor = dbapi_connection.cursor()
+        try:
+            for statement in session_statements(backend, limits, mariadb=mariadb):
+                cursor.execute(statement)
+        finally:
+            cursor.close()
+
+
+def _server_info(dbapi_connection: Any) -> str:
+    get_server_info = getattr(dbapi_connection, "get_server_info", None)  # PyMySQL, mysqlclient
+    return str(get_server_info()) if callable(get_server_info) else ""
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -44,7 +191,6 @@ def _configure_sqlite(engine: Engine) -> None:
         # application crash; only an OS crash or power loss can drop the latest commits. FULL
         # fsyncs on every commit and dominated the embedded turn's time.
         cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=15000")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -13,6 +13,12 @@ from app.db.schema import agent_memory
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # PostgreSQL serialization, deadlock
 RETRYABLE_MYSQL_CODES = frozenset({1213})  # MariaDB/MySQL deadlock
 RETRYABLE_MSSQL_CODES = frozenset({1205})  # SQL Server deadlock victim
+# A bounded wait that ran out: PostgreSQL lock_timeout, statement_timeout and
+# idle_in_transaction_session_timeout; MariaDB/MySQL lock wait, metadata lock wait and statement
+# time limits; SQL Server lock request timeout (1222) and the ODBC query timeout (HYT00).
+TIMEOUT_SQLSTATES = frozenset({"55P03", "57014", "25P03"})
+TIMEOUT_MYSQL_CODES = frozenset({1205, 1969, 3024})
+TIMEOUT_MSSQL_CODES = frozenset({1222})
 UNIQUE_SQLSTATES = frozenset({"23505"})
 UNIQUE_MYSQL_CODES = frozenset({1062})
 UNIQUE_MSSQL_CODES = frozenset({2627, 2601})
@@ -47,7 +53,7 @@ def _driver_code(error: DBAPIError) -> tuple[str | None, int | None]:
 def _mssql_native_code(error: DBAPIError) -> int | None:
     # pyodbc puts the native error number inside the message: "... (1205) (SQLExecDirectW)".
     message = str(error.orig)
-    for native in (*RETRYABLE_MSSQL_CODES, *UNIQUE_MSSQL_CODES):
+    for native in (*RETRYABLE_MSSQL_CODES, *UNIQUE_MSSQL_CODES, *TIMEOUT_MSSQL_CODES):
         if f"({native})" in message:
             return native
     return None
@@ -66,6 +72,21 @@ def is_retryable(error: BaseException) -> bool:
     return "database is locked" in message or "database is busy" in message
 
 
+def is_timeout(error: BaseException) -> bool:
+    """A lock or statement wait that ran out of its bound: a clear failure. Not retried, except
+    SQLite's busy error, which `is_retryable` also accepts (it can mean a momentary conflict)."""
+    if not isinstance(error, DBAPIError) or error.orig is None:
+        return False
+    sqlstate, code = _driver_code(error)
+    if sqlstate in TIMEOUT_SQLSTATES or code in TIMEOUT_MYSQL_CODES:
+        return True
+    if _mssql_native_code(error) in TIMEOUT_MSSQL_CODES:
+        return True
+    message = str(error.orig)
+    # pyodbc: query timeout expired; SQLite: the busy timeout ran out (retried a few times first).
+    return message.startswith("('HYT00'") or "database is locked" in message.lower()
+
+
 def is_unique_violation(error: BaseException) -> bool:
     """Two first writes for one user both found no row and both inserted."""
     if not isinstance(error, IntegrityError):
@@ -78,7 +99,6 @@ def is_unique_violation(error: BaseException) -> bool:
     return "unique constraint failed" in str(error.orig).lower()
 
 
-
 @contextmanager
 def writer_queue(connection: Connection, user_id: str) -> Iterator[None]:
     """Queue one user's writers before their transaction takes its snapshot (PostgreSQL only).
@@ -89,6 +109,10 @@ def writer_queue(connection: Connection, user_id: str) -> Iterator[None]:
     taken and committed before the serializable transaction begins, makes each writer's
     snapshot start after the previous writer's commit. Other dialects' locking reads already
     see the latest committed rows, so they need no queue.
+
+    The wait in the queue is bounded by the session's `lock_timeout` (DB_LOCK_TIMEOUT_SECONDS),
+    which applies to advisory locks: a writer stuck behind another for longer fails with
+    SQLSTATE 55P03 (`is_timeout`), a clear failed commit rather than a hang.
     """
     if connection.dialect.name != "postgresql":
         yield

@@ -6,10 +6,16 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
+import structlog
 from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
+from app.db.deadline import within
 from app.db.schema import feature_flags
+
+log = structlog.get_logger(__name__)
 
 MEMORY_FLAG = "memory"
 KNOWN_FLAGS = (MEMORY_FLAG,)
@@ -24,6 +30,7 @@ class FlagState:
 
 
 def read_flag(engine: Engine, name: str, default: bool) -> FlagState:
+    """The stored flag, or `default` (source "default") when no operator has set it yet."""
     with engine.connect() as connection:
         row = connection.execute(
             select(feature_flags.c.enabled, feature_flags.c.updated_by).where(
@@ -60,8 +67,42 @@ def write_flag(engine: Engine, name: str, enabled: bool, updated_by: str | None)
     return FlagState(name=name, enabled=enabled, source="database", updated_by=updated_by)
 
 
+def seed_flag(engine: Engine, name: str, enabled: bool, updated_by: str) -> FlagState:
+    """Store `enabled` unless the flag is already stored; returns the stored state.
+
+    For `serve`, whose embedded default (memory on) would otherwise live only in its own
+    environment: stored, every reader (the CLI, other processes) sees the same effective flag.
+    """
+    state = read_flag(engine, name, enabled)
+    if state.source == "database":
+        return state
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                insert(feature_flags).values(name=name, enabled=enabled, updated_by=updated_by)
+            )
+    except IntegrityError:  # another process stored it first: theirs stands
+        return read_flag(engine, name, enabled)
+    return FlagState(name=name, enabled=enabled, source="database", updated_by=updated_by)
+
+
+class FlagUnavailableError(RuntimeError):
+    """The flags table could not be read within its bound: memory is off for this request."""
+
+
+FlagStatus = Literal["enabled", "disabled", "unavailable"]
+
+
 class FlagStore:
-    """Process-local cache in front of the flags table; every replica converges within `ttl`."""
+    """Process-local cache in front of the flags table; every replica converges within `ttl`.
+
+    The rule, fail-closed: a value read from the database is used for `ttl_seconds` after the
+    read, never longer. A read that fails or does not answer within `read_timeout_seconds` makes
+    the flag unavailable (memory off, writes off) for the same `ttl_seconds`; it never falls
+    back to MEMORY_ENABLED, which applies only when the table was read and holds no row. Reads
+    are single-flight: while one read is in flight every caller waits for that same read, each
+    for at most its own bound, so one hanging read never queues requests behind it.
+    """
 
     def __init__(
         self,
@@ -69,38 +110,80 @@ class FlagStore:
         *,
         default_memory: bool,
         ttl_seconds: float,
+        read_timeout_seconds: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine = engine
         self.default_memory = default_memory
         self.ttl_seconds = ttl_seconds
+        self.read_timeout_seconds = read_timeout_seconds
         self._clock = clock
-        self._cached: dict[str, tuple[float, FlagState]] = {}
-        self._lock = asyncio.Lock()
+        # name -> (when it was read, the state, or None when the read failed)
+        self._cached: dict[str, tuple[float, FlagState | None]] = {}
+        self._reads: dict[str, asyncio.Task[FlagState | None]] = {}
 
     def _default(self, name: str) -> bool:
         return self.default_memory if name == MEMORY_FLAG else False
 
-    async def get(self, name: str = MEMORY_FLAG) -> FlagState:
+    def _fresh(self, name: str) -> tuple[float, FlagState | None] | None:
         cached = self._cached.get(name)
         if cached is not None and self._clock() - cached[0] < self.ttl_seconds:
-            return cached[1]
-        async with self._lock:
-            cached = self._cached.get(name)
-            if cached is not None and self._clock() - cached[0] < self.ttl_seconds:
-                return cached[1]
+            return cached
+        return None
+
+    def _remember(self, name: str, read_at: float, state: FlagState | None) -> None:
+        cached = self._cached.get(name)
+        if cached is None or cached[0] <= read_at:  # an operator's newer `set` wins
+            self._cached[name] = (read_at, state)
+
+    async def _read(self, name: str) -> FlagState | None:
+        read_at = self._clock()
+        try:
+            state = await within(
+                self.read_timeout_seconds,
+                lambda: asyncio.to_thread(read_flag, self.engine, name, self._default(name)),
+                what="flag read",
+            )
+        except Exception as error:
+            log.warning("flags.read_failed", flag=name, error_type=type(error).__name__)
+            state = None
+        self._remember(name, read_at, state)
+        return state
+
+    async def get(self, name: str = MEMORY_FLAG, *, seconds: float | None = None) -> FlagState:
+        """The flag's state, waiting at most `seconds` (default: the read timeout).
+
+        Raises FlagUnavailableError when the table cannot be read within that bound.
+        """
+        cached = self._fresh(name)
+        if cached is None:
+            read = self._reads.get(name)
+            if read is None:
+                read = asyncio.ensure_future(self._read(name))
+                self._reads[name] = read
+                read.add_done_callback(lambda _task: self._reads.pop(name, None))
+            bound = self.read_timeout_seconds if seconds is None else seconds
             try:
-                state = await asyncio.to_thread(read_flag, self.engine, name, self._default(name))
-            except Exception:
-                # The flag table is unreachable: keep the last known value, else the default.
-                if cached is not None:
-                    return cached[1]
-                return FlagState(name=name, enabled=self._default(name), source="default")
-            self._cached[name] = (self._clock(), state)
-            return state
+                # Shielded: a caller that stops waiting leaves the shared read to the others.
+                state = await asyncio.wait_for(asyncio.shield(read), max(bound, 0.0))
+            except TimeoutError:
+                raise FlagUnavailableError(f"flag {name!r} not read within {bound:g} s") from None
+        else:
+            state = cached[1]
+        if state is None:
+            raise FlagUnavailableError(f"flag {name!r} could not be read")
+        return state
+
+    async def memory_status(self, *, seconds: float | None = None) -> FlagStatus:
+        try:
+            state = await self.get(MEMORY_FLAG, seconds=seconds)
+        except FlagUnavailableError:
+            return "unavailable"
+        return "enabled" if state.enabled else "disabled"
 
     async def memory_enabled(self) -> bool:
-        return (await self.get(MEMORY_FLAG)).enabled
+        """Whether memory is on for this request: off while the flag cannot be read."""
+        return await self.memory_status() == "enabled"
 
     async def set(self, name: str, enabled: bool, updated_by: str | None) -> FlagState:
         state = await asyncio.to_thread(write_flag, self.engine, name, enabled, updated_by)

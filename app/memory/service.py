@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine
 
+from app.db.deadline import DeadlineExceededError, within
 from app.db.engine import SQLITE_IMMEDIATE
-from app.db.locking import is_retryable, is_unique_violation, writer_queue
+from app.db.locking import is_retryable, is_timeout, is_unique_violation, writer_queue
 from app.memory import repository
 from app.memory.ledger import replay
 from app.memory.repository import CancelCheck, check_cancel
@@ -21,12 +22,18 @@ from app.telemetry.redaction import register_memory, register_operations
 
 MAX_ATTEMPTS = 3
 BACKOFF_SECONDS = 0.02
+READ_TIMEOUT_SECONDS = 1.0  # MEMORY_READ_TIMEOUT_SECONDS's default
 
 Batches = Sequence[Sequence[Operation]]
 
 
 class MemoryUnavailableError(RuntimeError):
     """Memory could not be read: callers fail open for reads and closed for writes."""
+
+
+class MemoryBusyError(RuntimeError):
+    """A commit ran out of its lock or statement bound (another writer held the user's rows,
+    or the database was too slow); it was rolled back and nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -48,27 +55,41 @@ class MemoryService:
         *,
         max_attempts: int = MAX_ATTEMPTS,
         backoff_seconds: float = BACKOFF_SECONDS,
+        read_timeout_seconds: float = READ_TIMEOUT_SECONDS,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.engine = engine
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds
+        self.read_timeout_seconds = read_timeout_seconds
         self._sleep = sleep
 
     # -- reads ------------------------------------------------------------------------------
 
     def read(self, user_id: str) -> Snapshot:
-        """The latest committed snapshot; any failure becomes MemoryUnavailableError."""
+        """The latest committed snapshot; any failure becomes MemoryUnavailableError.
+
+        The read's transaction is rolled back, never committed: a reader has nothing to commit.
+        """
         try:
-            with self.engine.connect() as connection, connection.begin():
+            with self.engine.connect() as connection:
                 snapshot = repository.load_snapshot(connection, user_id)
+                connection.rollback()
         except Exception as error:
             raise MemoryUnavailableError(type(error).__name__) from error
         register_memory(snapshot)  # memory content is scrubbed from this request's telemetry
         return snapshot
 
-    async def read_async(self, user_id: str) -> Snapshot:
-        return await asyncio.to_thread(self.read, user_id)
+    async def read_async(self, user_id: str, *, seconds: float | None = None) -> Snapshot:
+        """`read` in a worker thread, within `seconds` (default MEMORY_READ_TIMEOUT_SECONDS):
+        past it, MemoryUnavailableError, and the abandoned read is broken off."""
+        bound = self.read_timeout_seconds if seconds is None else seconds
+        try:
+            return await within(
+                bound, lambda: asyncio.to_thread(self.read, user_id), what="memory read"
+            )
+        except DeadlineExceededError as error:
+            raise MemoryUnavailableError("DeadlineExceededError") from error
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -105,6 +126,7 @@ class MemoryService:
 
         Only recognised deadlock/serialization failures (and the first-insert race) are
         retried, replaying the whole transaction; validation errors and unknown failures are not.
+        A lock or statement timeout is MemoryBusyError: rolled back, not retried.
         """
         started = time.perf_counter()
         register_operations(batches)  # before any SQL: bound parameters carry this content
@@ -115,10 +137,12 @@ class MemoryService:
                 updated, changed = self._commit_once(user_id, batches, should_cancel)
             except Exception as error:
                 retryable = is_retryable(error) or is_unique_violation(error)
-                if not retryable or attempt >= self.max_attempts or should_cancel():
-                    raise
-                self._sleep(self.backoff_seconds * attempt * (0.5 + random.random()))
-                continue
+                if retryable and attempt < self.max_attempts and not should_cancel():
+                    self._sleep(self.backoff_seconds * attempt * (0.5 + random.random()))
+                    continue
+                if is_timeout(error):
+                    raise MemoryBusyError("the memory commit ran out of its time bound") from error
+                raise
             return CommitResult(
                 snapshot=updated,
                 changed=changed,

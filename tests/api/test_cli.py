@@ -197,3 +197,58 @@ def test_serve_runs_the_embedded_defaults(tmp_path: Path) -> None:
         stdout, _stderr = process.communicate(timeout=30)
     assert base in stdout
     assert "python -m app token --sub alice" in stdout
+
+
+def test_flags_get_reports_the_flag_the_served_process_follows(tmp_path: Path) -> None:
+    """`serve` turns memory on by default in its own environment only; it stores that flag in
+    the database, so `flags get` from another shell (without MEMORY_ENABLED) reports the same
+    effective flag as the server's /info, and a later `flags set` moves both together."""
+    port = free_port()
+    environment = _environment(tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port), "--log-level", "warning"],
+        cwd=tmp_path,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def served_flag() -> object:
+        return httpx.get(f"{base}/info", timeout=10).json()["memory_enabled"]
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.communicate()[1]
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "serve did not become ready"
+            time.sleep(0.1)  # poll interval only; the outcome is checked above
+        assert "MEMORY_ENABLED" not in environment  # the CLI's shell has no memory setting
+        assert served_flag() is True
+        assert run_cli(tmp_path, "flags", "get").stdout.strip() == "memory: on (database)"
+
+        assert run_cli(tmp_path, "flags", "set", "memory", "off").returncode == 0
+        assert run_cli(tmp_path, "flags", "get").stdout.strip() == "memory: off (database)"
+        deadline = time.monotonic() + 30  # the server follows within FLAG_CACHE_SECONDS
+        while served_flag() is not False:
+            assert time.monotonic() < deadline, "the server never followed the stored flag"
+            time.sleep(0.1)  # poll interval only
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+
+
+def test_flags_get_fails_clearly_when_the_database_cannot_be_read(tmp_path: Path) -> None:
+    """With the database unreachable, `flags get` exits non-zero with a reason instead of
+    printing MEMORY_ENABLED as if it were the flag (a server there runs with memory off)."""
+    down = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/down"
+    result = run_cli(tmp_path, "flags", "get", DATABASE_URL=down, MEMORY_ENABLED="true")
+    assert result.returncode == 1
+    assert "cannot be read" in result.stderr and "Traceback" not in result.stderr
+    assert "memory: on" not in result.stdout
