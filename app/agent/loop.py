@@ -48,7 +48,7 @@ from app.concurrency import CLEANUP_SECONDS, finish_even_if_cancelled
 from app.conversations.repository import MessageStatus, Role
 from app.conversations.service import ConversationService
 from app.db.deadline import DeadlineExceededError, within
-from app.memory.flags import FlagStore
+from app.memory.flags import FlagStatus, FlagStore
 from app.memory.ledger import MemoryLedger
 from app.memory.render import MemoryStatus
 from app.memory.rules import MemoryValidationError, Snapshot
@@ -120,6 +120,7 @@ class Turn:
         self.cancel_event = threading.Event()
         self.context: TurnContext | None = None
         self.settled: _Settled | None = None  # set at the commit point
+        self.opened_at: float | None = None  # on the flag store's clock
         self._transcript: asyncio.Future[None] | None = None
 
     # -- the whole turn ------------------------------------------------------------------------
@@ -213,6 +214,8 @@ class Turn:
 
     async def _open(self) -> TurnContext:
         user_id = self.request.user_id
+        if self.services.flags is not None:
+            self.opened_at = self.services.flags.now()
         # Independent reads and writes, run side by side: they are the time to first text. Both
         # end by one deadline (MEMORY_READ_TIMEOUT_SECONDS), so `start` never waits on a database
         # that hangs.
@@ -388,7 +391,28 @@ class Turn:
             ctx.ledger = None
             report_commit(ledger, "failed", ctx.baseline, reason=finish)
             return self._seal(finish, _memory_event("failed", ctx.baseline, reason=finish))
+        flag = await self._flag_at_commit()
+        if flag != "enabled":
+            # An operator switched memory off during the turn (or the flag cannot be read):
+            # what the turn staged is discarded, never committed behind the switch.
+            ctx.ledger = None
+            if flag == "disabled":
+                report_commit(ledger, "none", ctx.baseline, reason="memory_disabled")
+                return self._seal(finish, _memory_event("none", ctx.baseline))
+            report_commit(ledger, "failed", ctx.baseline, reason="memory_unavailable")
+            return self._seal(
+                finish, _memory_event("failed", ctx.baseline, reason="memory_unavailable")
+            )
         return await self._commit(ctx, ledger, finish)
+
+    async def _flag_at_commit(self) -> FlagStatus:
+        """The flag read again at the commit point, from no cache older than this turn."""
+        flags = self.services.flags
+        if flags is None:
+            return "unavailable"
+        return await flags.memory_status(
+            seconds=self.services.settings.flag_read_timeout_seconds, read_since=self.opened_at
+        )
 
     def _seal(self, finish: FinishReason, event: MemoryEvent) -> _Settled:
         self.settled = _Settled(finish, event)

@@ -120,16 +120,23 @@ class FlagStore:
         self._clock = clock
         # name -> (when it was read, the state, or None when the read failed)
         self._cached: dict[str, tuple[float, FlagState | None]] = {}
-        self._reads: dict[str, asyncio.Task[FlagState | None]] = {}
+        # name -> (when the in-flight read started, its task): the single-flight read
+        self._reads: dict[str, tuple[float, asyncio.Task[FlagState | None]]] = {}
 
     def _default(self, name: str) -> bool:
         return self.default_memory if name == MEMORY_FLAG else False
 
-    def _fresh(self, name: str) -> tuple[float, FlagState | None] | None:
+    def now(self) -> float:
+        """This store's clock, for `read_since`."""
+        return self._clock()
+
+    def _fresh(self, name: str, since: float | None) -> tuple[float, FlagState | None] | None:
         cached = self._cached.get(name)
-        if cached is not None and self._clock() - cached[0] < self.ttl_seconds:
-            return cached
-        return None
+        if cached is None or self._clock() - cached[0] >= self.ttl_seconds:
+            return None
+        if since is not None and cached[0] < since:
+            return None
+        return cached
 
     def _remember(self, name: str, read_at: float, state: FlagState | None) -> None:
         cached = self._cached.get(name)
@@ -150,18 +157,33 @@ class FlagStore:
         self._remember(name, read_at, state)
         return state
 
-    async def get(self, name: str = MEMORY_FLAG, *, seconds: float | None = None) -> FlagState:
-        """The flag's state, waiting at most `seconds` (default: the read timeout).
+    async def get(
+        self,
+        name: str = MEMORY_FLAG,
+        *,
+        seconds: float | None = None,
+        read_since: float | None = None,
+    ) -> FlagState:
+        """The flag's state, waiting at most `seconds` (default: the read timeout). With
+        `read_since` (a time of `now()`), only a value read at or after it is used: the commit
+        point asks for one no older than its turn.
 
         Raises FlagUnavailableError when the table cannot be read within that bound.
         """
-        cached = self._fresh(name)
+        cached = self._fresh(name, read_since)
         if cached is None:
-            read = self._reads.get(name)
-            if read is None:
+            started, read = self._reads.get(name, (None, None))
+            if read is None or (read_since is not None and started is not None
+                                and started < read_since):
+                started = self._clock()
                 read = asyncio.ensure_future(self._read(name))
-                self._reads[name] = read
-                read.add_done_callback(lambda _task: self._reads.pop(name, None))
+                self._reads[name] = (started, read)
+
+                def forget(task: asyncio.Future[FlagState | None], name: str = name) -> None:
+                    if self._reads.get(name, (None, None))[1] is task:
+                        del self._reads[name]
+
+                read.add_done_callback(forget)
             bound = self.read_timeout_seconds if seconds is None else seconds
             try:
                 # Shielded: a caller that stops waiting leaves the shared read to the others.
@@ -174,9 +196,11 @@ class FlagStore:
             raise FlagUnavailableError(f"flag {name!r} could not be read")
         return state
 
-    async def memory_status(self, *, seconds: float | None = None) -> FlagStatus:
+    async def memory_status(
+        self, *, seconds: float | None = None, read_since: float | None = None
+    ) -> FlagStatus:
         try:
-            state = await self.get(MEMORY_FLAG, seconds=seconds)
+            state = await self.get(MEMORY_FLAG, seconds=seconds, read_since=read_since)
         except FlagUnavailableError:
             return "unavailable"
         return "enabled" if state.enabled else "disabled"

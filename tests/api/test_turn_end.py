@@ -22,6 +22,7 @@ from app.agent.offline import ChatRequest
 from app.conversations.repository import MessageStatus, Role
 from app.conversations.service import ConversationService
 from app.main import create_app
+from app.memory.flags import write_flag
 from app.memory.rules import Operation
 from app.memory.service import CommitResult, MemoryService
 from tests.support.apps import api_settings, memory_rows
@@ -347,4 +348,27 @@ def test_while_the_flag_is_off_memory_reads_as_disabled_with_its_stored_counts(
         "outcome": "none", "user_characters": len(FACT["content"]), "memory_characters": 0}
     assert model.requests[0].tools == ()
     assert FACT["content"] not in model.requests[0].system_text()
+    model.assert_done()
+
+
+def test_memory_switched_off_during_a_turn_discards_what_it_staged(
+    engine: Engine, db_url: str
+) -> None:
+    """Another replica's operator switches memory off while a turn that staged an edit is still
+    answering. The flag is read again at the commit point, from no cache older than the turn
+    (this process caches the flag for a minute here), so nothing is committed: `memory: none`."""
+    user = user_id()
+
+    async def operator_switches_off_elsewhere(_request: ChatRequest) -> Text:
+        await asyncio.to_thread(write_flag, engine, "memory", False, "another-replica")
+        return Text(ANSWER)
+
+    model = ScriptedModel([memory_call(FACT), operator_switches_off_elsewhere])
+    with server(db_url, model, flag_cache_seconds=60) as (url, _runtime):
+        events = read_until(url, user, {"message": "remember that"}, lambda _e: False)
+    assert first(events, "start").data["memory"] == {"status": "available"}
+    assert first(events, "tool").data["outcome"] == "staged"
+    assert first(events, "memory").data["outcome"] == "none"
+    assert names(events)[-1] == "done"
+    assert memory_rows(engine, user) == 0
     model.assert_done()

@@ -130,3 +130,32 @@ async def test_an_operators_change_is_served_at_once_by_the_process_that_made_it
         assert await store.memory_status() == "enabled"
     finally:
         engine.dispose()
+
+
+async def test_read_since_ignores_a_cached_value_read_before_it(server_url: str) -> None:
+    """The commit point asks for a value read no earlier than its turn began: a value cached
+    before that is not used even inside its window, and one read after it is reused."""
+    engine = build_engine(server_url)
+    reads: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _flag_reads(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if f"FROM {feature_flags.name}" in statement:
+            reads.append(statement)
+
+    clock = Clock()
+    store = FlagStore(engine, default_memory=False, ttl_seconds=TTL, clock=clock)
+    try:
+        write_flag(engine, MEMORY_FLAG, True, updated_by="operator")
+        assert await store.memory_status() == "enabled"
+        clock.now += 1
+        turn_began = store.now()
+        write_flag(engine, MEMORY_FLAG, False, updated_by="another replica")
+        assert await store.memory_status() == "enabled"  # the cache, within its window
+        assert await store.memory_status(read_since=turn_began) == "disabled"
+        assert len(reads) == 2
+        assert await store.memory_status(read_since=turn_began) == "disabled"  # reused
+        assert await store.memory_status() == "disabled"
+        assert len(reads) == 2
+    finally:
+        engine.dispose()
