@@ -15,6 +15,7 @@ from app.api import ui_stream
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import BODY_ERRORS, error_responses
 from app.api.sse import event_stream_response
+from app.db.deadline import within
 from app.errors import NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
 from app.runtime import Runtime
 from app.settings import Settings
@@ -79,10 +80,15 @@ def respond(events: AsyncGenerator[TurnEvent, None], ai_sdk: bool) -> Response:
 async def load_history(
     runtime: Runtime, user_id: str, conversation_id: str
 ) -> tuple[HistoryMessage, ...]:
-    """The recent messages of the caller's conversation; another user's id is simply absent."""
+    """The recent messages of the caller's conversation; another user's id is simply absent.
+    Bounded like the turn's memory read: a hanging database answers 503 in time."""
     try:
-        stored = await runtime.conversations.messages(
-            user_id, conversation_id, last=runtime.settings.history_messages
+        stored = await within(
+            runtime.settings.memory_read_timeout_seconds,
+            lambda: runtime.conversations.messages(
+                user_id, conversation_id, last=runtime.settings.history_messages
+            ),
+            what="history read",
         )
     except Exception:
         raise ServiceUnavailable(

@@ -243,8 +243,19 @@ def test_a_frozen_database_degrades_turns_within_the_deadline_and_heals(service:
         json={"operations": [{"target": "user", "action": "add", "content": "Frozen write."}]},
         timeout=120,
     )
+    began = time.monotonic()
+    continued = httpx.post(
+        f"{service.url}/v1/chat",
+        headers=dev_auth(user),
+        json={"message": pair_message("continued"), "conversation_id": warm.conversation_id},
+        timeout=120,
+    )
+    continued_after = time.monotonic() - began
     service.proxy.thaw()
 
+    # Continuing a conversation reads its history first: bounded too, a 503 in time.
+    assert continued.status_code == 503 and continued_after < ANSWER_BOUND, (
+        continued.text, continued_after)
     for timed in frozen:
         assert_degraded_turn(timed)
         assert timed.conversation_id is None, timed
