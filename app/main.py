@@ -8,7 +8,18 @@ from contextlib import asynccontextmanager
 import httpx
 from fastapi import FastAPI
 
-from app.api import admin, chat, conversations, dev, errors, eval, health, memory, web
+from app.api import (
+    admin,
+    chat,
+    conversations,
+    dev,
+    errors,
+    eval,
+    health,
+    memory,
+    openai_compat,
+    web,
+)
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from app.runtime import build_runtime
 from app.settings import Settings, SettingsError, get_settings
@@ -45,7 +56,7 @@ def create_app(
         lifespan=lifespan,
     )
     errors.install(app)
-    for module in (health, dev, memory, admin, chat, eval, conversations, web):
+    for module in (health, dev, memory, admin, chat, eval, conversations, openai_compat, web):
         app.include_router(module.router)
 
     def max_request_bytes() -> int:
