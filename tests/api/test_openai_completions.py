@@ -60,10 +60,14 @@ def test_plain_and_streamed_answers_arrive_in_the_sdks_types(engine: Engine, db_
         assert plain.usage.completion_tokens == len(ANSWER.split())
         assert plain.usage.total_tokens == plain.usage.prompt_tokens + len(ANSWER.split())
 
-        chunks = list(client.chat.completions.create(
-            model=MODEL, messages=user_says("Hello again"), stream=True,
-            stream_options={"include_usage": True},
-        ))
+        chunks = list(
+            client.chat.completions.create(
+                model=MODEL,
+                messages=user_says("Hello again"),
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
         assert len({chunk.id for chunk in chunks}) == 1
         assert chunks[0].choices[0].delta.role == "assistant"
         pieces = [c.choices[0].delta.content or "" for c in chunks if c.choices]
@@ -145,8 +149,13 @@ def test_the_compiled_system_prompt_comes_first_and_the_clients_own_after_it(
         {"role": "system", "content": "Client rule: answer like a pirate."},
         {"role": "user", "content": "First question"},
         {"role": "assistant", "content": [{"type": "text", "text": "First answer"}]},
-        {"role": "developer", "content": [{"type": "text", "text": "Dev note one"},
-                                          {"type": "text", "text": "Dev note two"}]},
+        {
+            "role": "developer",
+            "content": [
+                {"type": "text", "text": "Dev note one"},
+                {"type": "text", "text": "Dev note two"},
+            ],
+        },
         {"role": "assistant", "content": ""},  # empty: says nothing, not sent
         {"role": "user", "content": [{"type": "text", "text": "Second question"}]},
     ]
@@ -169,16 +178,19 @@ def test_the_compiled_system_prompt_comes_first_and_the_clients_own_after_it(
     model.assert_done()
 
 
-def test_an_unreadable_memory_still_answers_and_writes_nothing(
-    engine: Engine, db_url: str
-) -> None:
+def test_an_unreadable_memory_still_answers_and_writes_nothing(engine: Engine, db_url: str) -> None:
     """Memory read fail-open on this route too: an unreadable row leaves the prompt without a
     memory block, the tool answers that nothing can be saved, the client still gets its answer,
     and the row is untouched."""
     with engine.begin() as connection:
-        connection.execute(insert(agent_memory).values(
-            user_id="unreadable", memory_type="memory", content="future format sentinel-v2",
-            schema_version=2))
+        connection.execute(
+            insert(agent_memory).values(
+                user_id="unreadable",
+                memory_type="memory",
+                content="future format sentinel-v2",
+                schema_version=2,
+            )
+        )
     model = ScriptedModel([memory_call(FACT), Text("Memory is unavailable.")])
     with server(db_url, model) as url:
         answer = sdk(url, "unreadable").chat.completions.create(
@@ -216,16 +228,30 @@ def test_generation_options_reach_the_model_within_the_servers_cap(
     with server(sqlite_url, model, llm_max_tokens=64) as url:
         client = sdk(url, "options")
         client.chat.completions.create(
-            model=MODEL, messages=user_says("one"), temperature=0.25, top_p=0.5, max_tokens=500,
-            presence_penalty=0.5, frequency_penalty=-0.5, seed=7, stop=["END"],
+            model=MODEL,
+            messages=user_says("one"),
+            temperature=0.25,
+            top_p=0.5,
+            max_tokens=500,
+            presence_penalty=0.5,
+            frequency_penalty=-0.5,
+            seed=7,
+            stop=["END"],
         )
         client.chat.completions.create(
             model=MODEL, messages=user_says("two"), max_completion_tokens=12
         )
         client.chat.completions.create(model=MODEL, messages=user_says("three"))
     assert [dict(request.sampling) for request in model.requests] == [
-        {"max_tokens": 64, "temperature": 0.25, "top_p": 0.5, "presence_penalty": 0.5,
-         "frequency_penalty": -0.5, "seed": 7, "stop": ["END"]},
+        {
+            "max_tokens": 64,
+            "temperature": 0.25,
+            "top_p": 0.5,
+            "presence_penalty": 0.5,
+            "frequency_penalty": -0.5,
+            "seed": 7,
+            "stop": ["END"],
+        },
         {"max_tokens": 12},
         {"max_tokens": 64},
     ]
@@ -235,10 +261,12 @@ def test_generation_options_reach_the_model_within_the_servers_cap(
 def test_tool_calls_of_the_model_are_never_forwarded(db: Engine, sqlite_url: str) -> None:
     """A call to a tool the service does not offer is answered server-side like any unknown
     tool; the client sees only the final answer."""
-    model = ScriptedModel([
-        ToolCalls((ToolCall("get_weather", {"city": "Lisbon"}, "call_w"),)),
-        Text(ANSWER),
-    ])
+    model = ScriptedModel(
+        [
+            ToolCalls((ToolCall("get_weather", {"city": "Lisbon"}, "call_w"),)),
+            Text(ANSWER),
+        ]
+    )
     with server(sqlite_url, model) as url:
         answer = sdk(url, "unknown-tool").chat.completions.create(
             model=MODEL, messages=user_says("Weather?")

@@ -40,9 +40,7 @@ def held_script(gates: Gates) -> ScriptedModel:
 
 
 @pytest.mark.parametrize("cut", [False, True], ids=["control-stays", "closes-mid-answer"])
-def test_a_stream_closed_mid_answer_commits_nothing(
-    engine: Engine, db_url: str, cut: bool
-) -> None:
+def test_a_stream_closed_mid_answer_commits_nothing(engine: Engine, db_url: str, cut: bool) -> None:
     """The client reads the first piece of the answer; the server holds the model before its
     last chunk; the client closes the stream. The server cancels the held turn (the gate sees
     it abandoned); opening the gate afterwards lets nothing through and nothing is stored. In
@@ -91,9 +89,11 @@ async def test_a_plain_request_whose_client_leaves_commits_nothing(
     user = f"plain-leave-{uuid.uuid4().hex[:8]}"
     with server(db_url, model) as url:
         client = async_sdk(url, user)
-        request = asyncio.create_task(client.chat.completions.create(
-            model=MODEL, messages=user_says("Remember: I keep bees.")
-        ))
+        request = asyncio.create_task(
+            client.chat.completions.create(
+                model=MODEL, messages=user_says("Remember: I keep bees.")
+            )
+        )
         await await_for(lambda: "answer" in gates.held, "the answer held at its last chunk")
         if not leave:
             gates.release("answer")

@@ -39,10 +39,12 @@ def _bad_keys() -> list[Any]:
     now = int(time.time())
     return [
         pytest.param("not-a-jwt", "invalid_token", id="garbage"),
-        pytest.param(dev_token(exp=now - 3600, iat=now - 7200, nbf=now - 7200),
-                     "token_expired", id="expired"),
-        pytest.param(dev_token(secret="another-secret-" + "x" * 40), "invalid_token",
-                     id="wrong-signature"),
+        pytest.param(
+            dev_token(exp=now - 3600, iat=now - 7200, nbf=now - 7200), "token_expired", id="expired"
+        ),
+        pytest.param(
+            dev_token(secret="another-secret-" + "x" * 40), "invalid_token", id="wrong-signature"
+        ),
         pytest.param(dev_token(sub=None), "invalid_token", id="no-subject"),  # type: ignore[arg-type]
     ]
 
@@ -97,37 +99,85 @@ CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "
     ("changes", "code", "param"),
     [
         pytest.param({"tools": [TOOL]}, "tools_not_supported", "tools", id="tools"),
-        pytest.param({"functions": [TOOL["function"]]}, "tools_not_supported", "functions",
-                     id="functions"),
-        pytest.param({"tool_choice": "required"}, "tools_not_supported", "tool_choice",
-                     id="tool-choice"),
-        pytest.param({"messages": [{"role": "user", "content": "hi"},
-                                   {"role": "assistant", "content": None, "tool_calls": [CALL]},
-                                   {"role": "tool", "tool_call_id": "c1", "content": "{}"},
-                                   {"role": "user", "content": "and?"}]},
-                     "tools_not_supported", "messages[1]", id="tool-history"),
-        pytest.param({"messages": [{"role": "user", "content": [
-            _text("What is this?"), {"type": "image_url", "image_url": {"url": "data:,x"}}]}]},
-            "unsupported_content", "messages[0].content[1]", id="image-part"),
+        pytest.param(
+            {"functions": [TOOL["function"]]}, "tools_not_supported", "functions", id="functions"
+        ),
+        pytest.param(
+            {"tool_choice": "required"}, "tools_not_supported", "tool_choice", id="tool-choice"
+        ),
+        pytest.param(
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "{}"},
+                    {"role": "user", "content": "and?"},
+                ]
+            },
+            "tools_not_supported",
+            "messages[1]",
+            id="tool-history",
+        ),
+        pytest.param(
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            _text("What is this?"),
+                            {"type": "image_url", "image_url": {"url": "data:,x"}},
+                        ],
+                    }
+                ]
+            },
+            "unsupported_content",
+            "messages[0].content[1]",
+            id="image-part",
+        ),
         pytest.param({"n": 2}, "unsupported_parameter", "n", id="n-above-1"),
         pytest.param({"logprobs": True}, "unsupported_parameter", "logprobs", id="logprobs"),
-        pytest.param({"response_format": {"type": "json_object"}}, "unsupported_parameter",
-                     "response_format", id="json-mode"),
-        pytest.param({"messages": [{"role": "user", "content": "hi"},
-                                   {"role": "assistant", "content": "Sure"}]},
-                     "invalid_request", "messages[1].role", id="assistant-last"),
-        pytest.param({"messages": [{"role": "narrator", "content": "hi"}]},
-                     "invalid_request", "messages[0].role", id="unknown-role"),
+        pytest.param(
+            {"response_format": {"type": "json_object"}},
+            "unsupported_parameter",
+            "response_format",
+            id="json-mode",
+        ),
+        pytest.param(
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "Sure"},
+                ]
+            },
+            "invalid_request",
+            "messages[1].role",
+            id="assistant-last",
+        ),
+        pytest.param(
+            {"messages": [{"role": "narrator", "content": "hi"}]},
+            "invalid_request",
+            "messages[0].role",
+            id="unknown-role",
+        ),
         pytest.param({"messages": []}, "invalid_request", "messages", id="no-messages"),
-        pytest.param({"messages": [{"role": "user", "content": "   "}]},
-                     "invalid_request", "messages[0].content", id="blank"),
-        pytest.param({"messages": [{"role": "user", "content": "x" * 101}]},
-                     "message_too_long", "messages[0].content", id="too-long"),
+        pytest.param(
+            {"messages": [{"role": "user", "content": "   "}]},
+            "invalid_request",
+            "messages[0].content",
+            id="blank",
+        ),
+        pytest.param(
+            {"messages": [{"role": "user", "content": "x" * 101}]},
+            "message_too_long",
+            "messages[0].content",
+            id="too-long",
+        ),
         pytest.param({"temperature": 3}, "invalid_request", "temperature", id="temperature"),
         pytest.param({"max_tokens": 0}, "invalid_request", "max_tokens", id="max-tokens"),
         pytest.param({"stream": "yes"}, "invalid_request", "stream", id="stream-not-bool"),
-        pytest.param({"stop": ["a", "b", "c", "d", "e"]}, "invalid_request", "stop",
-                     id="five-stops"),
+        pytest.param(
+            {"stop": ["a", "b", "c", "d", "e"]}, "invalid_request", "stop", id="five-stops"
+        ),
     ],
 )
 def test_what_cannot_be_honoured_is_a_bad_request_before_anything_runs(
@@ -138,12 +188,13 @@ def test_what_cannot_be_honoured_is_a_bad_request_before_anything_runs(
     model = ScriptedModel([])
     body: dict[str, Any] = {"model": MODEL, "messages": user_says("Remember that I fly.")}
     extra = {key: value for key, value in changes.items() if key != "messages"}
-    with server(api_settings(sqlite_url, max_message_chars=100), model) as url:
-        with pytest.raises(openai.BadRequestError) as raised:
-            sdk(url, "refused").chat.completions.create(
-                model=body["model"], messages=changes.get("messages", body["messages"]),
-                extra_body=extra,
-            )
+    settings = api_settings(sqlite_url, max_message_chars=100)
+    with server(settings, model) as url, pytest.raises(openai.BadRequestError) as raised:
+        sdk(url, "refused").chat.completions.create(
+            model=body["model"],
+            messages=changes.get("messages", body["messages"]),
+            extra_body=extra,
+        )
     assert (raised.value.code, raised.value.param) == (code, param)
     assert set(raised.value.response.json()["error"]) == ERROR_KEYS
     assert raised.value.type == "invalid_request_error"
@@ -172,8 +223,11 @@ def test_what_the_sdk_cannot_send_is_refused_in_the_same_shape(sqlite_url: str) 
     model = ScriptedModel([])
     headers = {"Authorization": f"Bearer {dev_token('raw')}"}
     with server(api_settings(sqlite_url), model) as url, httpx.Client(base_url=url) as client:
-        not_json = client.post("/openai/v1/chat/completions", content=b"{nope",
-                               headers={**headers, "content-type": "application/json"})
+        not_json = client.post(
+            "/openai/v1/chat/completions",
+            content=b"{nope",
+            headers={**headers, "content-type": "application/json"},
+        )
         unknown = client.post("/openai/v1/embeddings", json={}, headers=headers)
         wrong_method = client.get("/openai/v1/chat/completions", headers=headers)
     assert (not_json.status_code, not_json.json()["error"]["code"]) == (400, "invalid_json")
@@ -190,10 +244,14 @@ def test_a_failed_turn_is_a_502_or_an_error_in_the_stream_and_commits_nothing(
     """The model stages an edit, then fails. Without streaming the answer is a 502 OpenAI error
     (`model_error`); while streaming, the text already sent is followed by an error object,
     which the SDK raises as an `APIError`. Neither turn commits its edit."""
-    model = ScriptedModel([
-        memory_call(FACT), HttpError(500, "upstream down"),
-        memory_call(FACT), BrokenStream("Half an ans"),
-    ])
+    model = ScriptedModel(
+        [
+            memory_call(FACT),
+            HttpError(500, "upstream down"),
+            memory_call(FACT),
+            BrokenStream("Half an ans"),
+        ]
+    )
     received: list[str] = []
     with server(api_settings(sqlite_url), model) as url:
         client = sdk(url, "failing")

@@ -61,8 +61,11 @@ def test_a_saving_turn_streams_only_its_text_and_finish(include_usage: bool) -> 
     if include_usage:
         assert len(parsed) == 5 and parsed[4].choices == []
         assert parsed[4].usage is not None
-        assert (parsed[4].usage.prompt_tokens, parsed[4].usage.completion_tokens,
-                parsed[4].usage.total_tokens) == (120, 30, 150)
+        assert (
+            parsed[4].usage.prompt_tokens,
+            parsed[4].usage.completion_tokens,
+            parsed[4].usage.total_tokens,
+        ) == (120, 30, 150)
         assert all(chunk["usage"] is None for chunk in chunks[:4])
     else:
         assert len(parsed) == 4 and all("usage" not in chunk for chunk in chunks)
@@ -93,8 +96,14 @@ def test_a_failed_turn_ends_its_stream_with_an_error_object() -> None:
         [START, DeltaEvent("Half"), ErrorEvent("model_error", "The model failed.")],
         include_usage=True,
     )
-    assert chunks[-1] == {"error": {"message": "The model failed.", "type": "server_error",
-                                    "param": None, "code": "model_error"}}
+    assert chunks[-1] == {
+        "error": {
+            "message": "The model failed.",
+            "type": "server_error",
+            "param": None,
+            "code": "model_error",
+        }
+    }
     assert all("error" not in chunk for chunk in chunks[:-1])
 
 
@@ -102,7 +111,9 @@ def test_a_stream_that_stops_without_an_end_gets_an_error_object() -> None:
     chunks = _encode([START, DeltaEvent("Half")], include_usage=False)
     assert chunks[-1]["error"] == {
         "message": "The turn ended unexpectedly; nothing was saved to memory.",
-        "type": "server_error", "param": None, "code": "internal_error",
+        "type": "server_error",
+        "param": None,
+        "code": "internal_error",
     }
 
 
@@ -118,7 +129,10 @@ def test_a_plain_answer_is_one_chat_completion() -> None:
     assert completion.choices[0].finish_reason == "stop"
     assert completion.usage is not None and completion.usage.total_tokens == 150
     assert (completion.id, completion.model, completion.created) == (
-        COMPLETION.id, COMPLETION.model, COMPLETION.created)
+        COMPLETION.id,
+        COMPLETION.model,
+        COMPLETION.created,
+    )
     assert "memory" not in json.dumps(body)
 
 
@@ -126,11 +140,16 @@ def test_a_plain_answer_is_one_chat_completion() -> None:
     ("events", "status", "code"),
     [
         pytest.param([START, ErrorEvent("model_error", "m")], 502, "model_error", id="model"),
-        pytest.param([START, DeltaEvent("a"), ErrorEvent("model_stream_broken", "m")], 502,
-                     "model_stream_broken", id="broken-stream"),
+        pytest.param(
+            [START, DeltaEvent("a"), ErrorEvent("model_stream_broken", "m")],
+            502,
+            "model_stream_broken",
+            id="broken-stream",
+        ),
         pytest.param([ErrorEvent("timeout", "m")], 504, "timeout", id="timeout"),
-        pytest.param([START, ErrorEvent("internal_error", "m")], 500, "internal_error",
-                     id="internal"),
+        pytest.param(
+            [START, ErrorEvent("internal_error", "m")], 500, "internal_error", id="internal"
+        ),
         pytest.param([START, DeltaEvent("a")], 500, "internal_error", id="no-end"),
     ],
 )
@@ -143,5 +162,8 @@ def test_a_failed_plain_answer_is_an_openai_error_with_its_status(
         collector.add(event)
     got_status, body = collector.result()
     assert (got_status, body["error"]["code"], body["error"]["type"]) == (
-        status, code, "server_error")
+        status,
+        code,
+        "server_error",
+    )
     assert set(body["error"]) == {"message", "type", "param", "code"}
