@@ -58,6 +58,7 @@ STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 # The SDKs retry 5xx answers; a turn that ran out of time would only run out of time again.
 NO_RETRY = {"x-should-retry": "false"}
 KNOWN_PATHS = {"chat/completions": "POST", "models": "GET"}
+HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed", 413: "payload_too_large"}
 
 
 # -- errors in OpenAI's shape -------------------------------------------------------------------
@@ -86,7 +87,7 @@ def _as_openai_error(request: Request, error: Exception) -> JSONResponse:
                 error.status, error.message, code=error.code, param=error.param
             )
         case AppError():
-            # Body errors answer 400 here, as OpenAI does; 401 keeps `WWW-Authenticate`.
+            # A body error is a 400 here, as on OpenAI; a 401 keeps its `WWW-Authenticate`.
             status = 400 if error.status_code in (413, 422) else error.status_code
             return openai_error_response(
                 status, error.message, code=error.code, headers=error.headers
@@ -95,8 +96,9 @@ def _as_openai_error(request: Request, error: Exception) -> JSONResponse:
             return openai_error_response(400, "The request is not valid.", code="invalid_request")
         case StarletteHTTPException():
             headers = dict(error.headers) if error.headers else None
+            code = HTTP_CODES.get(error.status_code, "http_error")
             return openai_error_response(
-                error.status_code, str(error.detail), code="http_error", headers=headers
+                error.status_code, str(error.detail), code=code, headers=headers
             )
         case SQLAlchemyError():
             log.warning("request.database_error", error=type(error).__name__, route=_route(request))
@@ -104,7 +106,10 @@ def _as_openai_error(request: Request, error: Exception) -> JSONResponse:
                 503, "The database is unavailable; retry shortly.", code="database_unavailable"
             )
         case _:
-            log.error("request.failed", error=type(error).__name__, route=_route(request))
+            # The traceback is logged message-free (the redaction layer's exception formatter).
+            log.error(
+                "request.failed", error=type(error).__name__, route=_route(request), exc_info=error
+            )
             return openai_error_response(
                 500, "An unexpected error occurred.", code="internal_error"
             )
@@ -172,7 +177,7 @@ async def retrieve_model(model_id: str, _user: CurrentUser, settings: SettingsDe
 async def read_json(request: Request) -> object:
     try:
         return json.loads(await request.body())
-    except ValueError:  # not JSON, or not UTF-8
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
         raise WireError(
             400, "The request body must be a JSON object.", code="invalid_json"
         ) from None

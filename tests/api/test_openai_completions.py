@@ -45,8 +45,7 @@ def test_plain_and_streamed_answers_arrive_in_the_sdks_types(engine: Engine, db_
     the model's usage; a stream is a role chunk, the text pieces, a finishing chunk, a usage chunk
     when asked for, and `[DONE]`; and none of it is stored as a conversation."""
     model = ScriptedModel([Text(ANSWER), Text(ANSWER), Text(ANSWER)])
-    with server(db_url, model) as url:
-        client = sdk(url, "plain-user")
+    with server(db_url, model) as url, sdk(url, "plain-user") as client:
         assert [card.id for card in client.models.list()] == [MODEL]
 
         plain = client.chat.completions.create(model=MODEL, messages=user_says("Hello there"))
@@ -101,8 +100,7 @@ def test_a_memory_write_is_committed_and_never_shown_to_the_client(
     call = memory_call(FACT)
     model = ScriptedModel([call, Text(ANSWER)])
     user = f"writer-{stream}"
-    with server(db_url, model) as url:
-        client = sdk(url, user)
+    with server(db_url, model) as url, sdk(url, user) as client:
         request: dict[str, Any] = {"model": MODEL, "messages": user_says("Remember my tea.")}
         if stream:
             with client.chat.completions.with_streaming_response.create(
@@ -159,8 +157,8 @@ def test_the_compiled_system_prompt_comes_first_and_the_clients_own_after_it(
         {"role": "assistant", "content": ""},  # empty: says nothing, not sent
         {"role": "user", "content": [{"type": "text", "text": "Second question"}]},
     ]
-    with server(db_url, model) as url:
-        sdk(url, "prompted").chat.completions.create(model=MODEL, messages=messages)  # type: ignore[arg-type]
+    with server(db_url, model) as url, sdk(url, "prompted") as client:
+        client.chat.completions.create(model=MODEL, messages=messages)  # type: ignore[arg-type]
     sent = [dict(message) for message in model.requests[0].messages]
     compiled = sent[0]
     assert compiled["role"] == "system"
@@ -192,10 +190,8 @@ def test_an_unreadable_memory_still_answers_and_writes_nothing(engine: Engine, d
             )
         )
     model = ScriptedModel([memory_call(FACT), Text("Memory is unavailable.")])
-    with server(db_url, model) as url:
-        answer = sdk(url, "unreadable").chat.completions.create(
-            model=MODEL, messages=user_says("Remember my tea.")
-        )
+    with server(db_url, model) as url, sdk(url, "unreadable") as client:
+        answer = client.chat.completions.create(model=MODEL, messages=user_says("Remember my tea."))
     assert answer.choices[0].message.content == "Memory is unavailable."
     assert "sentinel-v2" not in model.requests[0].system_text()
     assert "nothing was saved" in str(model.requests[1].messages[-1]["content"])
@@ -207,8 +203,7 @@ def test_finish_reasons_map_to_openai_ones(db: Engine, sqlite_url: str) -> None:
     """`length` stays `length`; a turn stopped at the tool-round limit reports `length` (cut
     short by a limit, no tool calls for the client to run) and commits nothing it staged."""
     model = ScriptedModel([Text("Cut sh", finish_reason="length"), memory_call(FACT)])
-    with server(sqlite_url, model, llm_max_rounds=1) as url:
-        client = sdk(url, "limits")
+    with server(sqlite_url, model, llm_max_rounds=1) as url, sdk(url, "limits") as client:
         cut = client.chat.completions.create(model=MODEL, messages=user_says("Tell me more"))
         limited = client.chat.completions.create(model=MODEL, messages=user_says("Remember"))
     assert (cut.choices[0].finish_reason, cut.choices[0].message.content) == ("length", "Cut sh")
@@ -225,8 +220,7 @@ def test_generation_options_reach_the_model_within_the_servers_cap(
     max_tokens / max_completion_tokens pass through but never above LLM_MAX_TOKENS; a request
     without options sends only the server's cap."""
     model = ScriptedModel([Text(ANSWER), Text(ANSWER), Text(ANSWER)])
-    with server(sqlite_url, model, llm_max_tokens=64) as url:
-        client = sdk(url, "options")
+    with server(sqlite_url, model, llm_max_tokens=64) as url, sdk(url, "options") as client:
         client.chat.completions.create(
             model=MODEL,
             messages=user_says("one"),
@@ -267,10 +261,8 @@ def test_tool_calls_of_the_model_are_never_forwarded(db: Engine, sqlite_url: str
             Text(ANSWER),
         ]
     )
-    with server(sqlite_url, model) as url:
-        answer = sdk(url, "unknown-tool").chat.completions.create(
-            model=MODEL, messages=user_says("Weather?")
-        )
+    with server(sqlite_url, model) as url, sdk(url, "unknown-tool") as client:
+        answer = client.chat.completions.create(model=MODEL, messages=user_says("Weather?"))
     assert answer.choices[0].message.content == ANSWER
     assert answer.choices[0].message.tool_calls is None
     assert model.requests[1].messages[-1]["role"] == "tool"

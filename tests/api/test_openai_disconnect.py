@@ -49,8 +49,8 @@ def test_a_stream_closed_mid_answer_commits_nothing(engine: Engine, db_url: str,
     model = held_script(gates)
     user = f"stream-cut-{uuid.uuid4().hex[:8]}"
     received: list[str] = []
-    with server(db_url, model) as url:
-        with sdk(url, user).chat.completions.create(
+    with server(db_url, model) as url, sdk(url, user) as client:
+        with client.chat.completions.create(
             model=MODEL, messages=user_says("Remember: I keep bees."), stream=True
         ) as stream:
             for chunk in stream:
@@ -88,24 +88,22 @@ async def test_a_plain_request_whose_client_leaves_commits_nothing(
     model = held_script(gates)
     user = f"plain-leave-{uuid.uuid4().hex[:8]}"
     with server(db_url, model) as url:
-        client = async_sdk(url, user)
-        request = asyncio.create_task(
-            client.chat.completions.create(
-                model=MODEL, messages=user_says("Remember: I keep bees.")
+        async with async_sdk(url, user) as client:
+            request = asyncio.create_task(
+                client.chat.completions.create(
+                    model=MODEL, messages=user_says("Remember: I keep bees.")
+                )
             )
-        )
-        await await_for(lambda: "answer" in gates.held, "the answer held at its last chunk")
-        if not leave:
-            gates.release("answer")
-            answer = await request
-            await client.close()
-            assert answer.choices[0].message.content == ANSWER
-            assert stored(engine, user).user == (FACT["content"],)
-            return
-        request.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await request
-        await client.close()
+            await await_for(lambda: "answer" in gates.held, "the answer held at its last chunk")
+            if not leave:
+                gates.release("answer")
+                answer = await request
+                assert answer.choices[0].message.content == ANSWER
+                assert stored(engine, user).user == (FACT["content"],)
+                return
+            request.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await request
         await await_for(lambda: "answer" in gates.abandoned, "the server cancelling the turn")
         gates.release("answer")
     assert "answer" not in gates.passed

@@ -56,8 +56,7 @@ def test_a_bad_key_is_an_authentication_error_and_touches_nothing(
     """Listing models and completing both answer 401 with `WWW-Authenticate: Bearer` and an
     OpenAI error body; the model is never called and nothing is written."""
     model = ScriptedModel([])
-    with server(api_settings(sqlite_url), model) as url:
-        client = sdk(url, "nobody", api_key=key)
+    with server(api_settings(sqlite_url), model) as url, sdk(url, "nobody", api_key=key) as client:
         with pytest.raises(openai.AuthenticationError) as listed:
             client.models.list()
         with pytest.raises(openai.AuthenticationError) as completed:
@@ -73,8 +72,8 @@ def test_an_oidc_token_is_an_api_key_too(jwks_url_settings: Settings, db: Engine
     """With AUTH_MODE=oidc, a JWT from the identity provider is the client's API key: its `sub`
     owns the memory the turn writes."""
     model = ScriptedModel([memory_call(FACT), Text("Saved.")])
-    with server(jwks_url_settings, model) as url:
-        client = sdk(url, "", api_key=OIDC_KEY.sign(oidc_claims("oidc-user")))
+    key = OIDC_KEY.sign(oidc_claims("oidc-user"))
+    with server(jwks_url_settings, model) as url, sdk(url, "", api_key=key) as client:
         answer = client.chat.completions.create(model=MODEL, messages=user_says("Remember"))
     assert answer.choices[0].message.content == "Saved."
     assert memory_rows(db, "oidc-user") == 1
@@ -189,8 +188,12 @@ def test_what_cannot_be_honoured_is_a_bad_request_before_anything_runs(
     body: dict[str, Any] = {"model": MODEL, "messages": user_says("Remember that I fly.")}
     extra = {key: value for key, value in changes.items() if key != "messages"}
     settings = api_settings(sqlite_url, max_message_chars=100)
-    with server(settings, model) as url, pytest.raises(openai.BadRequestError) as raised:
-        sdk(url, "refused").chat.completions.create(
+    with (
+        server(settings, model) as url,
+        sdk(url, "refused") as client,
+        pytest.raises(openai.BadRequestError) as raised,
+    ):
+        client.chat.completions.create(
             model=body["model"],
             messages=changes.get("messages", body["messages"]),
             extra_body=extra,
@@ -205,8 +208,7 @@ def test_an_unknown_model_is_not_found(db: Engine, sqlite_url: str) -> None:
     """Only the listed id is served: another name is a `NotFoundError` (`model_not_found`) for
     completions and for retrieving the model; the listed one can be retrieved."""
     model = ScriptedModel([])
-    with server(api_settings(sqlite_url), model) as url:
-        client = sdk(url, "models")
+    with server(api_settings(sqlite_url), model) as url, sdk(url, "models") as client:
         assert client.models.retrieve(MODEL).id == MODEL
         with pytest.raises(openai.NotFoundError) as completed:
             client.chat.completions.create(model="gpt-4o", messages=user_says("hi"))
@@ -214,6 +216,33 @@ def test_an_unknown_model_is_not_found(db: Engine, sqlite_url: str) -> None:
             client.models.retrieve("gpt-4o")
     for raised in (completed.value, retrieved.value):
         assert (raised.code, raised.param) == ("model_not_found", "model")
+    assert model.calls == 0
+
+
+def test_a_body_above_the_size_limit_is_a_413_in_the_same_shape(sqlite_url: str) -> None:
+    """Whether the size is declared up front (refused before routing) or only found while the
+    body streams in, the 413 has OpenAI's error body; the model is never called."""
+    model = ScriptedModel([])
+    big = "x" * 2048
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit trips while reading
+        yield b'{"model": "' + MODEL.encode() + b'", "messages": [{"role": "user", "content": "'
+        yield big.encode()
+        yield b'"}]}'
+
+    settings = api_settings(sqlite_url, max_request_bytes=1024)
+    with server(settings, model) as url, sdk(url, "big") as client:
+        with pytest.raises(openai.APIStatusError) as declared:
+            client.chat.completions.create(model=MODEL, messages=user_says(big))
+        streamed = httpx.post(
+            f"{url}/openai/v1/chat/completions",
+            content=chunks(),
+            headers={"Authorization": f"Bearer {dev_token('big')}"},
+        )
+    assert declared.value.status_code == 413 and declared.value.code == "payload_too_large"
+    assert set(declared.value.response.json()["error"]) == ERROR_KEYS
+    assert (streamed.status_code, streamed.json()["error"]["code"]) == (413, "payload_too_large")
+    assert set(streamed.json()["error"]) == ERROR_KEYS
     assert model.calls == 0
 
 
@@ -253,8 +282,7 @@ def test_a_failed_turn_is_a_502_or_an_error_in_the_stream_and_commits_nothing(
         ]
     )
     received: list[str] = []
-    with server(api_settings(sqlite_url), model) as url:
-        client = sdk(url, "failing")
+    with server(api_settings(sqlite_url), model) as url, sdk(url, "failing") as client:
         with pytest.raises(openai.InternalServerError) as plain:
             client.chat.completions.create(model=MODEL, messages=user_says("Remember"))
         stream = client.chat.completions.create(
