@@ -12,31 +12,21 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import anyio
-import structlog
 from fastapi import APIRouter, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
-from sqlalchemy.exc import SQLAlchemyError
 from sse_starlette import EventSourceResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.agent.events import TurnEvent
 from app.agent.loop import Turn, TurnRequest, TurnServices, stream_turn
-from app.agent.openai_wire import (
-    SERVER_ERROR,
-    AnswerCollector,
-    ChunkEncoder,
-    Completion,
-    error_object,
-)
+from app.agent.openai_wire import AnswerCollector, ChunkEncoder, Completion
 from app.api.deps import CurrentUser, RuntimeDep, SettingsDep
+from app.api.openai_errors import OpenAIRoute, openai_error_response
 from app.api.openai_request import WireError, parse_completion_request
 from app.api.openai_schema import (
     COMPLETION_RESPONSES,
@@ -47,9 +37,6 @@ from app.api.openai_schema import (
 )
 from app.api.sse import PING_SECONDS, SEND_TIMEOUT_SECONDS
 from app.api.ui_stream import sse_data
-from app.errors import AppError
-
-log = structlog.get_logger(__name__)
 
 PREFIX = "/openai/v1"
 OWNER = "agent-memory"
@@ -58,80 +45,6 @@ STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 # The SDKs retry 5xx answers; a turn that ran out of time would only run out of time again.
 NO_RETRY = {"x-should-retry": "false"}
 KNOWN_PATHS = {"chat/completions": "POST", "models": "GET"}
-HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed", 413: "payload_too_large"}
-
-
-# -- errors in OpenAI's shape -------------------------------------------------------------------
-
-
-def openai_error_response(
-    status: int,
-    message: str,
-    *,
-    code: str,
-    param: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    kind = SERVER_ERROR if status >= 500 else "invalid_request_error"
-    return JSONResponse(
-        error_object(message, code=code, type=kind, param=param),
-        status_code=status,
-        headers=headers,
-    )
-
-
-def _as_openai_error(request: Request, error: Exception) -> JSONResponse:
-    match error:
-        case WireError():
-            return openai_error_response(
-                error.status, error.message, code=error.code, param=error.param
-            )
-        case AppError():
-            # A body error is a 400 here, as on OpenAI; a 401 keeps its `WWW-Authenticate`.
-            status = 400 if error.status_code in (413, 422) else error.status_code
-            return openai_error_response(
-                status, error.message, code=error.code, headers=error.headers
-            )
-        case RequestValidationError():
-            return openai_error_response(400, "The request is not valid.", code="invalid_request")
-        case StarletteHTTPException():
-            headers = dict(error.headers) if error.headers else None
-            code = HTTP_CODES.get(error.status_code, "http_error")
-            return openai_error_response(
-                error.status_code, str(error.detail), code=code, headers=headers
-            )
-        case SQLAlchemyError():
-            log.warning("request.database_error", error=type(error).__name__, route=_route(request))
-            return openai_error_response(
-                503, "The database is unavailable; retry shortly.", code="database_unavailable"
-            )
-        case _:
-            # The traceback is logged message-free (the redaction layer's exception formatter).
-            log.error(
-                "request.failed", error=type(error).__name__, route=_route(request), exc_info=error
-            )
-            return openai_error_response(
-                500, "An unexpected error occurred.", code="internal_error"
-            )
-
-
-def _route(request: Request) -> str | None:
-    return getattr(request.scope.get("route"), "path", None)
-
-
-class OpenAIRoute(APIRoute):
-    """A route whose failures (authentication, body, handler) answer in OpenAI's error shape."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def openai_shaped(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except Exception as error:
-                return _as_openai_error(request, error)
-
-        return openai_shaped
 
 
 router = APIRouter(prefix=PREFIX, tags=["openai-compatible"], route_class=OpenAIRoute)
