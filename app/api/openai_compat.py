@@ -44,6 +44,7 @@ STARTED = int(time.time())  # the listed model's `created`: when this process st
 STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 # The SDKs retry 5xx answers; a turn that ran out of time would only run out of time again.
 NO_RETRY = {"x-should-retry": "false"}
+CLIENT_CLOSED = 499
 KNOWN_PATHS = {"chat/completions": "POST", "models": "GET"}
 
 
@@ -176,7 +177,11 @@ class AnswerResponse(Response):
             answer = self.collector.result()
             group.cancel_scope.cancel()  # stop watching: the answer is ready
         if answer is None:
-            return  # the client left; the turn was cancelled and committed nothing
+            # The client left; the turn was cancelled and committed nothing. The server drops
+            # what is sent to a closed connection, but the access log and the span record 499
+            # (client closed request) rather than a 500 that never happened.
+            await Response(status_code=CLIENT_CLOSED)(scope, receive, send)
+            return
         status, body = answer
         headers = NO_RETRY if status == 504 else None
         await JSONResponse(body, status_code=status, headers=headers)(scope, receive, send)

@@ -7,8 +7,9 @@ Cuts are driven by gates the test opens, never by sleeps."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -23,6 +24,7 @@ from tests.support.openai_sdk import MODEL, async_sdk, sdk, user_says
 from tests.support.scripted import HeldText, ScriptedModel, memory_call
 from tests.support.server import live_server
 from tests.support.waiting import await_for, wait_for
+from tests.telemetry.capture import RecordingHandler
 
 FACT = {"target": "user", "action": "add", "content": "The user keeps bees on the roof."}
 ANSWER = "Saved. Bees on the roof, got it: I will remember that."
@@ -33,6 +35,28 @@ def server(db_url: str, model: ScriptedModel) -> Iterator[str]:
     app = create_app(api_settings(db_url), model_transport=model.transport())
     with live_server(app) as url:
         yield url
+
+
+@pytest.fixture
+def access_statuses() -> Iterator[Callable[[], list[int]]]:
+    """The statuses of the completions route's `http.request` access events."""
+    handler = RecordingHandler()
+    root = logging.getLogger()
+    root.addHandler(handler)
+
+    def statuses() -> list[int]:
+        return [
+            int(record.msg["status"])
+            for record in list(handler.records)
+            if isinstance(record.msg, dict)
+            and record.msg.get("event") == "http.request"
+            and record.msg.get("route") == "/openai/v1/chat/completions"
+        ]
+
+    try:
+        yield statuses
+    finally:
+        root.removeHandler(handler)
 
 
 def held_script(gates: Gates) -> ScriptedModel:
@@ -78,12 +102,13 @@ def test_a_stream_closed_mid_answer_commits_nothing(engine: Engine, db_url: str,
 
 @pytest.mark.parametrize("leave", [False, True], ids=["control-waits", "leaves-before-answer"])
 async def test_a_plain_request_whose_client_leaves_commits_nothing(
-    engine: Engine, db_url: str, leave: bool
+    engine: Engine, db_url: str, leave: bool, access_statuses: Callable[[], list[int]]
 ) -> None:
     """A non-streamed request: the turn stages its edit and the model is held before its last
     chunk; the client gives up (its request task is cancelled, which closes the connection).
     The server notices the disconnect, cancels the turn and commits nothing, though the model
-    would have completed. In the control the client waits and gets the answer and the edit."""
+    would have completed, and logs the request as 499 (client closed request). In the control
+    the client waits and gets the answer and the edit."""
     gates = Gates()
     model = held_script(gates)
     user = f"plain-leave-{uuid.uuid4().hex[:8]}"
@@ -106,6 +131,7 @@ async def test_a_plain_request_whose_client_leaves_commits_nothing(
                 await request
         await await_for(lambda: "answer" in gates.abandoned, "the server cancelling the turn")
         gates.release("answer")
+        await await_for(lambda: 499 in access_statuses(), "the request logged as client-closed")
     assert "answer" not in gates.passed
     assert stored(engine, user) == Snapshot()
     model.assert_done()
