@@ -26,7 +26,7 @@ from app.agent.events import TurnEvent
 from app.agent.loop import Turn, TurnRequest, TurnServices, stream_turn
 from app.agent.openai_wire import AnswerCollector, ChunkEncoder, Completion
 from app.api.deps import CurrentUser, RuntimeDep, SettingsDep
-from app.api.openai_errors import OpenAIRoute, openai_error_response
+from app.api.openai_errors import OpenAIRoute
 from app.api.openai_request import WireError, parse_completion_request
 from app.api.openai_schema import (
     COMPLETION_RESPONSES,
@@ -45,7 +45,6 @@ STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 # The SDKs retry 5xx answers; a turn that ran out of time would only run out of time again.
 NO_RETRY = {"x-should-retry": "false"}
 CLIENT_CLOSED = 499
-KNOWN_PATHS = {"chat/completions": "POST", "models": "GET"}
 
 
 router = APIRouter(prefix=PREFIX, tags=["openai-compatible"], route_class=OpenAIRoute)
@@ -191,28 +190,3 @@ async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> N
     while (await receive())["type"] != "http.disconnect":
         pass
     scope.cancel()
-
-
-# -- anything else under the prefix ---------------------------------------------------------------
-
-
-@router.api_route(
-    "/{path:path}",
-    methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
-    include_in_schema=False,
-)
-async def unknown(path: str, request: Request) -> Response:
-    allowed = KNOWN_PATHS.get(path)
-    if allowed is not None:
-        return openai_error_response(
-            405,
-            f"{request.method} is not allowed here; use {allowed}.",
-            code="method_not_allowed",
-            headers={"Allow": allowed},
-        )
-    return openai_error_response(
-        404,
-        f"Unknown URL ({request.method} {PREFIX}/{path}); this service offers "
-        f"POST {PREFIX}/chat/completions and GET {PREFIX}/models.",
-        code="unknown_url",
-    )

@@ -22,7 +22,12 @@ from app.errors import AppError
 
 log = structlog.get_logger(__name__)
 
+OPENAI_PREFIX = "/openai/"
 HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed", 413: "payload_too_large"}
+UNKNOWN_URL = (
+    "Unknown URL: this service offers POST /openai/v1/chat/completions and "
+    "GET /openai/v1/models under this prefix."
+)
 
 
 def openai_error_response(
@@ -56,11 +61,7 @@ def _as_openai_error(request: Request, error: Exception) -> JSONResponse:
         case RequestValidationError():
             return openai_error_response(400, "The request is not valid.", code="invalid_request")
         case StarletteHTTPException():
-            headers = dict(error.headers) if error.headers else None
-            code = HTTP_CODES.get(error.status_code, "http_error")
-            return openai_error_response(
-                error.status_code, str(error.detail), code=code, headers=headers
-            )
+            return openai_http_error(error)
         case SQLAlchemyError():
             log.warning("request.database_error", error=type(error).__name__, route=_route(request))
             return openai_error_response(
@@ -74,6 +75,15 @@ def _as_openai_error(request: Request, error: Exception) -> JSONResponse:
             return openai_error_response(
                 500, "An unexpected error occurred.", code="internal_error"
             )
+
+
+def openai_http_error(error: StarletteHTTPException) -> JSONResponse:
+    """A routing or transport error on the prefix (unknown URL, wrong method, body too large);
+    the application's HTTP error handler sends these here for paths under `/openai/`."""
+    headers = dict(error.headers) if error.headers else None
+    message = UNKNOWN_URL if error.status_code == 404 else str(error.detail)
+    code = HTTP_CODES.get(error.status_code, "http_error")
+    return openai_error_response(error.status_code, message, code=code, headers=headers)
 
 
 def _route(request: Request) -> str | None:

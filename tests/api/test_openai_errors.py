@@ -258,11 +258,13 @@ def test_what_the_sdk_cannot_send_is_refused_in_the_same_shape(sqlite_url: str) 
             headers={**headers, "content-type": "application/json"},
         )
         unknown = client.post("/openai/v1/embeddings", json={}, headers=headers)
+        odd_id = client.get("/openai/v1/models/a%0Ab", headers=headers)  # no route matches
         wrong_method = client.get("/openai/v1/chat/completions", headers=headers)
     assert (not_json.status_code, not_json.json()["error"]["code"]) == (400, "invalid_json")
-    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "unknown_url")
+    for response in (unknown, odd_id):
+        assert (response.status_code, response.json()["error"]["code"]) == (404, "unknown_url")
     assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
-    for response in (not_json, unknown, wrong_method):
+    for response in (not_json, unknown, odd_id, wrong_method):
         assert set(response.json()["error"]) == ERROR_KEYS
     assert model.calls == 0
 
