@@ -8,8 +8,20 @@ from contextlib import asynccontextmanager
 import httpx
 from fastapi import FastAPI
 
-from app.api import admin, chat, conversations, dev, errors, eval, health, memory, web
+from app.api import (
+    admin,
+    chat,
+    conversations,
+    dev,
+    errors,
+    eval,
+    health,
+    memory,
+    openai_compat,
+    web,
+)
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
+from app.api.openai_cors import OpenAICorsMiddleware
 from app.runtime import build_runtime
 from app.settings import Settings, SettingsError, get_settings
 from app.telemetry import configure_logging, configure_tracing, shutdown_tracing, start_export
@@ -45,7 +57,7 @@ def create_app(
         lifespan=lifespan,
     )
     errors.install(app)
-    for module in (health, dev, memory, admin, chat, eval, conversations, web):
+    for module in (health, dev, memory, admin, chat, eval, conversations, openai_compat, web):
         app.include_router(module.router)
 
     def max_request_bytes() -> int:
@@ -53,7 +65,12 @@ def create_app(
         runtime = getattr(app.state, "runtime", None)
         return runtime.settings.max_request_bytes if runtime else DEFAULT_MAX_REQUEST_BYTES
 
+    def cors_origins() -> tuple[str, ...]:
+        runtime = getattr(app.state, "runtime", None)
+        return runtime.settings.openai_cors_origins if runtime else ()
+
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_request_bytes)
+    app.add_middleware(OpenAICorsMiddleware, origins=cors_origins)  # /openai/v1 only, opt-in
     app.add_middleware(TelemetryMiddleware)  # inside the request id, around everything else
     app.add_middleware(RequestIdMiddleware)  # outermost: even a 413 carries the request id
     configure_tracing(app, settings)  # before start: it wraps the middleware stack

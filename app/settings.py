@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from functools import lru_cache
 from pathlib import Path
@@ -13,6 +14,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 MIN_DEV_SECRET = 32
 # Asymmetric algorithms only: an HS* entry would let a token signed with the public key pass.
 OIDC_ALGORITHMS = frozenset({"RS256", "ES256"})
+# A browser origin: scheme and host (and port), nothing else.
+_ORIGIN = re.compile(r"^https?://[^/\s?#]+/?$")
 
 
 class SettingsError(ValueError):
@@ -53,6 +56,9 @@ class Settings(BaseSettings):
 
     # HTTP
     max_request_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+    # Browser origins allowed to call /openai/v1 (e.g. Open WebUI's Direct Connections); none
+    # by default, and no other prefix ever answers CORS.
+    openai_cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
 
     # Evaluation route
     eval_api_key: SecretStr | None = None
@@ -89,13 +95,24 @@ class Settings(BaseSettings):
     def _upper_level(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
 
-    @field_validator("auth_algorithms", mode="before")
+    @field_validator("auth_algorithms", "openai_cors_origins", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         # AUTH_ALGORITHMS=RS256,ES256 in the environment; a sequence when given in code.
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @field_validator("openai_cors_origins")
+    @classmethod
+    def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [origin for origin in value if not _ORIGIN.match(origin)]
+        if bad:
+            raise ValueError(
+                "each origin must be scheme://host[:port] (no path, no wildcard), "
+                f"not {bad[0]!r}"
+            )
+        return tuple(origin.rstrip("/") for origin in value)
 
     @field_validator("llm_base_url", "auth_jwks_url", "auth_issuer", "auth_audience",
                      "llm_fallback_model", "auth_dev_secret", "llm_api_key", "eval_api_key",

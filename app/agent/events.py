@@ -76,8 +76,25 @@ class MemoryEvent:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """Tokens the model reported; for a turn, the sum over its model rounds."""
+
+    input_tokens: int
+    output_tokens: int
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+
+@dataclass(frozen=True)
 class DoneEvent:
+    """`usage` is None unless every model round of the turn reported it; adapters that have a
+    place for it (chat completions) pass it on, the native event stream does not."""
+
     finish_reason: FinishReason
+    usage: Usage | None = None
     name: Literal["done"] = "done"
 
     def data(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import structlog
 from openai import AsyncOpenAI
 from opentelemetry import trace
 
+from app.agent.events import Usage
 from app.agent.offline import offline_transport
 from app.settings import Settings
 
@@ -36,9 +37,34 @@ class ToolCallRequest:
 
 
 @dataclass(frozen=True)
-class Usage:
-    input_tokens: int
-    output_tokens: int
+class Sampling:
+    """Generation options a client chose for its turn; None keeps the endpoint's default. They
+    apply to every model round of the turn, and `max_tokens` never exceeds LLM_MAX_TOKENS."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    def options(self, max_tokens_cap: int | None) -> dict[str, Any]:
+        """The request options, with the client's token limit capped by the server's."""
+        limits = [limit for limit in (self.max_tokens, max_tokens_cap) if limit is not None]
+        chosen: dict[str, Any] = {
+            "max_tokens": min(limits) if limits else None,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "presence_penalty": self.presence_penalty,
+            "frequency_penalty": self.frequency_penalty,
+            "seed": self.seed,
+            "stop": list(self.stop) or None,
+        }
+        return {key: value for key, value in chosen.items() if value is not None}
+
+
+DEFAULT_SAMPLING = Sampling()
 
 
 @dataclass(frozen=True)
@@ -112,14 +138,19 @@ class ModelClient:
         messages: Sequence[Message],
         tools: Sequence[Mapping[str, Any]],
         on_text: Callable[[str], None],
+        sampling: Sampling = DEFAULT_SAMPLING,
     ) -> RoundResult:
         """Stream one completion; text pieces go to `on_text` as they arrive."""
+        options = sampling.options(self.max_tokens)
         with tracer.start_as_current_span("llm.round") as span:
             span.set_attribute("gen_ai.operation.name", "chat")
             span.set_attribute("gen_ai.request.model", model)
             span.set_attribute("gen_ai.request.tool_count", len(tools))
+            for option in ("max_tokens", "temperature"):
+                if option in options:
+                    span.set_attribute(f"gen_ai.request.{option}", options[option])
             started = time.perf_counter()
-            result = await self._stream(model, messages, tools, on_text)
+            result = await self._stream(model, messages, tools, on_text, options)
             if result.finish_reason:
                 span.set_attribute("gen_ai.response.finish_reasons", [result.finish_reason])
             if result.usage is not None:
@@ -140,12 +171,11 @@ class ModelClient:
         messages: Sequence[Message],
         tools: Sequence[Mapping[str, Any]],
         on_text: Callable[[str], None],
+        options: Mapping[str, Any],
     ) -> RoundResult:
-        options: dict[str, Any] = {}
+        options = dict(options)
         if tools:
             options["tools"] = list(tools)
-        if self.max_tokens is not None:
-            options["max_tokens"] = self.max_tokens
         try:
             stream = await self.client.chat.completions.create(
                 model=model,

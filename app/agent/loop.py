@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import assert_never
+from typing import Literal, assert_never
 
 import anyio
 import structlog
@@ -39,8 +39,16 @@ from app.agent.events import (
     StartEvent,
     ToolEvent,
     TurnEvent,
+    Usage,
 )
-from app.agent.llm import Message, ModelFailure, RoundResult, ToolCallRequest
+from app.agent.llm import (
+    DEFAULT_SAMPLING,
+    Message,
+    ModelFailure,
+    RoundResult,
+    Sampling,
+    ToolCallRequest,
+)
 from app.agent.prompts import MemoryView
 from app.agent.steps import FinalOutput, RunTools, ToolLimit, next_step
 from app.agent.tools import MEMORY_TOOL_NAME, run_memory_tool, unknown_tool_result
@@ -61,24 +69,30 @@ log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
 
 Emit = Callable[[TurnEvent], None]
+HistoryRole = Literal["system", "user", "assistant"]
 
 
 @dataclass(frozen=True)
 class HistoryMessage:
-    role: Role
+    """An earlier message. `system` ones come from a client that sends its own instructions:
+    they follow the compiled system prompt, never replace it."""
+
+    role: HistoryRole
     content: str
 
 
 @dataclass(frozen=True)
 class TurnRequest:
     """A validated request. `user_id` is the verified subject; None on the memory-free route.
-    `conversation_id` is an existing conversation the caller owns, or None to start one."""
+    `conversation_id` is an existing conversation the caller owns, or None to start one.
+    `history` precedes `message`, in order; `sampling` holds the client's generation options."""
 
     message: str
     user_id: str | None
     conversation_id: str | None = None
     history: tuple[HistoryMessage, ...] = ()
     store_transcript: bool = True
+    sampling: Sampling = DEFAULT_SAMPLING
 
 
 @dataclass(frozen=True)
@@ -96,10 +110,15 @@ class _Progress:
     model: str
     text: list[str] = field(default_factory=list)
     rounds: int = 0
+    usage: Usage | None = field(default_factory=lambda: Usage(0, 0))
 
     @property
     def answer(self) -> str:
         return "".join(self.text)
+
+    def count(self, usage: Usage | None) -> None:
+        """Add a round's tokens; one round that did not report them makes the total unknown."""
+        self.usage = None if usage is None or self.usage is None else self.usage + usage
 
 
 class TurnFailure(Exception):
@@ -195,7 +214,7 @@ class Turn:
             settled.reported = True
             emit(settled.event)
         await self._end_transcript(progress.answer, "complete")
-        emit(DoneEvent(settled.finish))
+        emit(DoneEvent(settled.finish, progress.usage))
         return settled.finish
 
     async def _play(self, progress: _Progress, emit: Emit, span: trace.Span) -> None:
@@ -350,7 +369,9 @@ class Turn:
 
         while True:
             try:
-                return await agent.model.run_round(progress.model, messages, agent.tools, on_text)
+                result = await agent.model.run_round(
+                    progress.model, messages, agent.tools, on_text, self.request.sampling
+                )
             except ModelFailure as failure:
                 fallback = agent.model.fallback
                 # The fallback may answer only a turn that has neither staged memory nor shown
@@ -366,6 +387,9 @@ class Turn:
                 log.warning("llm.fallback", turn_id=ctx.turn_id, failure=failure.code,
                             model=fallback)
                 progress.model = fallback
+                continue
+            progress.count(result.usage)
+            return result
 
     def _run_tool(
         self, ctx: TurnContext, agent: Agent, call: ToolCallRequest, emit: Emit

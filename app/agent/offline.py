@@ -26,6 +26,9 @@ from app.memory.rules import SEPARATOR
 
 OFFLINE_MODEL_NAME = "offline-memory-1"
 MEMORY_TOOL = "memory_update"
+# Generation options a request may carry; recorded for tests, ignored by the canned answers.
+SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty",
+                 "seed", "stop")
 
 # -- replies (what a model answers to one request) -------------------------------------------
 
@@ -84,6 +87,7 @@ class ChatRequest:
     tools: tuple[Mapping[str, Any], ...]
     stream: bool
     include_usage: bool
+    sampling: Mapping[str, Any] = field(default_factory=dict)  # max_tokens, temperature, ...
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> ChatRequest:
@@ -94,6 +98,7 @@ class ChatRequest:
             tools=tuple(body.get("tools") or ()),
             stream=bool(body.get("stream", False)),
             include_usage=bool(options.get("include_usage", False)),
+            sampling={key: body[key] for key in SAMPLING_KEYS if key in body},
         )
 
     @property

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.openai_errors import OPENAI_PREFIX, openai_http_error
 from app.errors import AppError
 
 logger = structlog.get_logger(__name__)
@@ -63,7 +64,10 @@ def install(app: FastAPI) -> None:
         return error_response(422, _validation_code(error), _describe(error))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, error: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        if request.url.path.startswith(OPENAI_PREFIX):
+            # Unknown URLs and wrong methods under the OpenAI-compatible prefix: OpenAI's shape.
+            return openai_http_error(error)
         code = _HTTP_CODES.get(error.status_code, "http_error")
         headers = dict(error.headers) if error.headers else None
         return error_response(error.status_code, code, str(error.detail), headers)

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 REQUEST_ID_HEADER = "x-request-id"
+OPENAI_PREFIX = "/openai/"  # errors under it carry OpenAI's `type` and `param` too
 # An incoming id is echoed only when it is short and plain; anything else is replaced.
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -70,7 +71,7 @@ class BodySizeLimitMiddleware:
         limit = self.max_bytes
         declared = Headers(scope=scope).get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await self._reject(send, limit)
+            await self._reject(scope, send, limit)
             return
 
         received = 0
@@ -97,17 +98,16 @@ class BodySizeLimitMiddleware:
             # Normally the app's error handler already answered; this covers readers outside it.
             if started:
                 raise
-            await self._reject(send, limit)
+            await self._reject(scope, send, limit)
 
-    async def _reject(self, send: Send, limit: int) -> None:
-        body = json.dumps(
-            {
-                "error": {
-                    "code": "payload_too_large",
-                    "message": f"The request body exceeds {limit} bytes.",
-                }
-            }
-        ).encode()
+    async def _reject(self, scope: Scope, send: Send, limit: int) -> None:
+        error: dict[str, object] = {
+            "code": "payload_too_large",
+            "message": f"The request body exceeds {limit} bytes.",
+        }
+        if str(scope.get("path", "")).startswith(OPENAI_PREFIX):
+            error.update(type="invalid_request_error", param=None)  # OpenAI's error shape
+        body = json.dumps({"error": error}).encode()
         await send(
             {
                 "type": "http.response.start",

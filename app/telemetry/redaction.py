@@ -94,8 +94,11 @@ CONTENT_KEYS: frozenset[str] = frozenset(
     }
 )
 
-# String leaves of a request body under these keys are identifiers or enums, not content.
-_NOT_CONTENT_LEAF_KEYS = frozenset({"target", "action", "conversation_id", "turn_id", "id", "sub"})
+# String leaves of a request body under these keys are identifiers or enums, not content
+# (`model` and `role` of a chat-completions body are checked against fixed values before use).
+_NOT_CONTENT_LEAF_KEYS = frozenset(
+    {"target", "action", "conversation_id", "turn_id", "id", "sub", "model", "role"}
+)
 
 
 def is_content_key(key: str) -> bool:

@@ -1,7 +1,8 @@
 """Sentinel tests: secret-like strings pushed through every path never reach logs or spans.
 
 Each sentinel enters through one channel (memory via the tool and via the API, a user message,
-rejected tool arguments, a cancelled turn, a failed turn, the eval route) of a real server
+rejected tool arguments, a cancelled turn, a failed turn, the eval route, the OpenAI-compatible
+route's system, history, content-part and streamed messages and a body it refuses) of a real server
 (uvicorn), with LOG_LEVEL=DEBUG. Every log record of every logger, everything written to
 stdout/stderr and every finished span (names, attributes, events, links, resource) is captured
 and searched. The same run proves that telemetry was produced, so that an empty capture cannot
@@ -19,11 +20,13 @@ from typing import Any
 
 import httpx
 import pytest
+from openai.types.chat import ChatCompletion
 from opentelemetry import trace
 
 import app.telemetry.logging as tl
 import app.telemetry.tracing as tt
 from app.agent.offline import (
+    OFFLINE_MODEL_NAME,
     ChatCompletionsTransport,
     ChatRequest,
     Hang,
@@ -53,6 +56,11 @@ FAILED_STAGED = "SNTL-1F2-staged-NEWT-84"
 FAILED_UPSTREAM = "SNTL-4U7-upstream-GECKO-06"
 EVAL_MESSAGE = "SNTL-0E5-eval-TAPIR-39"
 EVAL_KEY = "eval-key-SNTL-KEY-QUAIL-55"
+OPENAI_SYSTEM = "SNTL-1S8-client-system-ORCA-20"
+OPENAI_HISTORY = "SNTL-3H1-history-KOALA-57"
+OPENAI_MEMORY = "SNTL-7P4-part-memory-EGRET-64"
+OPENAI_STREAMED = "SNTL-2S6-streamed-BISON-88"
+OPENAI_REFUSED = "SNTL-8X3-refused-tool-DINGO-31"
 # Not content: logged on purpose through an ordinary path, to prove every channel is searched.
 CANARY = "CANARY-searchable-PELICAN-00"
 
@@ -68,6 +76,11 @@ SENTINELS = [
     FAILED_UPSTREAM,
     EVAL_MESSAGE,
     EVAL_KEY,
+    OPENAI_SYSTEM,
+    OPENAI_HISTORY,
+    OPENAI_MEMORY,
+    OPENAI_STREAMED,
+    OPENAI_REFUSED,
 ]
 DEADLINE_SECONDS = 20.0
 
@@ -146,6 +159,14 @@ class Client:
                     break
         return seen
 
+    def complete(self, body: dict[str, Any], *, status: int = 200) -> str:
+        """POST /openai/v1/chat/completions; the raw answer (JSON or event stream). Raw HTTP
+        here, because the SDK's own debug log in this process would print the request body."""
+        with httpx.Client(base_url=self.base, timeout=30) as client:
+            response = client.post("/openai/v1/chat/completions", json=body, headers=self.auth)
+        assert response.status_code == status, response.text
+        return response.text
+
     def memory(self) -> dict[str, Any]:
         response = httpx.get(f"{self.base}/v1/memory", headers=self.auth, timeout=30)
         assert response.status_code == 200
@@ -201,6 +222,23 @@ def drive_every_channel(client: Client) -> None:
         f"Evaluate {EVAL_MESSAGE}", path="/v1/eval/chat", headers={"X-Eval-Key": EVAL_KEY}
     )
     assert names(events)[-1] == "done"
+    # The OpenAI-compatible route: the client's system message, history and a content part that
+    # the offline model saves to memory; a streamed answer; a body it refuses (client tools).
+    raw = client.complete({"model": OFFLINE_MODEL_NAME, "messages": [
+        {"role": "system", "content": f"Client instructions {OPENAI_SYSTEM}"},
+        {"role": "assistant", "content": f"An earlier answer {OPENAI_HISTORY}"},
+        {"role": "user", "content": [
+            {"type": "text", "text": f"Remember that the locker code is {OPENAI_MEMORY}"}]},
+    ]})
+    assert ChatCompletion.model_validate_json(raw).choices[0].message.content == "Saved."
+    assert OPENAI_MEMORY in json.dumps(client.memory())
+    raw = client.complete({"model": OFFLINE_MODEL_NAME, "stream": True,
+                           "stream_options": {"include_usage": True},
+                           "messages": [{"role": "user", "content": f"Hi {OPENAI_STREAMED}"}]})
+    assert raw.rstrip().endswith("data: [DONE]") and '"usage":{' in raw
+    client.complete({"model": OFFLINE_MODEL_NAME, "messages": [{"role": "user", "content": "x"}],
+                     "tools": [{"type": "function", "function": {
+                         "name": "lookup", "description": OPENAI_REFUSED}}]}, status=400)
     # A cancelled turn: disconnect once the edit is staged and the model hangs.
     events = client.chat_until(f"Save this then hang {CANCELLED_MESSAGE}", stop_at="tool")
     assert events[-1].data["outcome"] == "staged"
@@ -264,6 +302,7 @@ def assert_telemetry_was_produced(captured: Captured) -> None:
         "POST /v1/chat",
         "POST /v1/eval/chat",
         "POST /v1/memory/operations",
+        "POST /openai/v1/chat/completions",
     ):
         assert expected in spans, f"no {expected!r} span in {sorted(set(spans))}"
     events = captured.events()
@@ -340,6 +379,7 @@ def test_capture_flag_adds_content_only_to_the_approved_attributes(run: Captured
         assert [s for s in SENTINELS if s in rest] == [], span.name
     joined = "\n".join(captured_values)
     assert USER_MESSAGE in joined and REJECTED_ARGUMENTS in joined
+    assert OPENAI_STREAMED in joined  # the OpenAI-compatible route's turn is the same turn
     assert EVAL_KEY not in joined
 
 
@@ -363,3 +403,4 @@ def test_the_same_run_without_redaction_leaks(redaction_disabled: None, run: Cap
     above come from redaction, not from a harness that sees nothing."""
     leaked = {sentinel for sentinel, _ in run.hits(SENTINELS)}
     assert {USER_MESSAGE, TOOL_MEMORY, API_MEMORY, REJECTED_ARGUMENTS, FAILED_UPSTREAM} <= leaked
+    assert OPENAI_MEMORY in leaked  # the memory written through the OpenAI-compatible route
