@@ -22,6 +22,7 @@ import httpx
 import pytest
 from openai.types.chat import ChatCompletion
 from opentelemetry import trace
+from sqlalchemy import Engine
 
 import app.telemetry.logging as tl
 import app.telemetry.tracing as tt
@@ -249,8 +250,10 @@ def drive_every_channel(client: Client) -> None:
 
 @pytest.fixture
 def run(
-    sqlite_url: str, capfd: pytest.CaptureFixture[str], request: pytest.FixtureRequest
+    db: Engine, sqlite_url: str, capfd: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> Iterator[Captured]:
+    # `db` empties the session database first: an earlier test may have left the flag off.
     capture, log_format = request.param
     settings = api_settings(
         sqlite_url,

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import pytest
+from sqlalchemy import Engine
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -95,7 +96,8 @@ def drive(sqlite_url: str, capfd: pytest.CaptureFixture[str]) -> Iterator[Run]:
 
 
 @pytest.fixture
-def run(sqlite_url: str, capfd: pytest.CaptureFixture[str]) -> Iterator[Run]:
+def run(db: Engine, sqlite_url: str, capfd: pytest.CaptureFixture[str]) -> Iterator[Run]:
+    # `db` empties the session database first: an earlier test may have left the flag off.
     yield from drive(sqlite_url, capfd)
 
 
@@ -122,7 +124,7 @@ def clamps_off(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_control_without_the_clamps_the_http_sentinels_leak(
-    clamps_off: None, sqlite_url: str, capfd: pytest.CaptureFixture[str]
+    clamps_off: None, db: Engine, sqlite_url: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Control: the same run with the clamps off puts the model URL and the upstream's
     response headers and cookie into the logs, so the test above can fail."""
