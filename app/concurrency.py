@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import anyio
 
 T = TypeVar("T")
 
 # How long a cancelled caller keeps waiting for cleanup it started (a rollback, a transcript row).
 CLEANUP_SECONDS = 10.0
+
+
+async def wait_shielded(task: asyncio.Future[Any], seconds: float | None) -> None:
+    """Wait for `task` to end, at most `seconds` (None: as long as it takes), even inside a
+    cancelled scope: asyncio's one-shot cancellation and anyio's (sse-starlette's task groups)
+    repeated one alike. The task's outcome is retrieved, never raised here."""
+    with anyio.CancelScope(shield=True):
+        await asyncio.wait([task], timeout=seconds)
+    if task.done() and not task.cancelled():
+        task.exception()
 
 
 async def finish_even_if_cancelled(
@@ -29,7 +41,5 @@ async def finish_even_if_cancelled(
     except asyncio.CancelledError:
         if on_cancel is not None:
             on_cancel()
-        await asyncio.wait([task], timeout=cleanup_seconds)
-        if task.done() and not task.cancelled():
-            task.exception()  # retrieved: the caller's cancellation is what propagates
+        await wait_shielded(task, cleanup_seconds)
         raise

@@ -22,9 +22,12 @@ def new_turn_id() -> str:
 class TurnContext:
     """Request-local state of one turn, handed to tools; never stored at module level.
 
-    `ledger` exists only when memory was read successfully and the flag is on: a read error
-    never yields an empty writable snapshot. `baseline` is the snapshot read at turn start
-    (also while the flag is off, for the counts users see; empty when it could not be read).
+    `user_id` is the verified subject (None on the memory-free route): within a turn it is the
+    only carrier of the owner, and no tool argument can name another. `ledger` exists only when
+    memory was read successfully and the flag is on, so it alone decides whether this turn may
+    stage writes: a read error never yields an empty writable snapshot. `baseline` is the
+    snapshot read at turn start (also while the flag is off, for the counts users see; empty
+    when it could not be read). `opened_at` is when the turn began, on the flag store's clock.
     """
 
     turn_id: str
@@ -32,9 +35,9 @@ class TurnContext:
     user_id: str | None
     memory_status: MemoryStatus
     ledger: MemoryLedger | None
-    writes_enabled: bool
     baseline: Snapshot = field(default_factory=Snapshot)
     cancel_event: threading.Event = field(default_factory=threading.Event)
+    opened_at: float | None = None
     rejected_calls: int = 0
 
     @property
@@ -42,6 +45,10 @@ class TurnContext:
         """The tool is offered whenever the flag is on; while memory is unavailable it answers
         that nothing can be saved rather than silently disappearing."""
         return self.user_id is not None and self.memory_status != "disabled"
+
+    @property
+    def writes_enabled(self) -> bool:
+        return self.user_id is not None and self.ledger is not None
 
     @property
     def staged(self) -> bool:

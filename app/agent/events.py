@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
+from app.memory.contract import MEMORY_TOOL_NAME
 from app.memory.render import MemoryStatus
+from app.memory.rules import MemoryUsage
 
 ToolOutcome = Literal["staged", "rejected", "unavailable"]
 CommitOutcome = Literal["committed", "none", "failed"]
@@ -42,7 +44,7 @@ class ToolEvent:
 
     outcome: ToolOutcome
     operation_count: int
-    tool_name: str = "memory_update"
+    tool_name: str = MEMORY_TOOL_NAME
     name: Literal["tool"] = "tool"
 
     def data(self) -> dict[str, Any]:
@@ -59,17 +61,12 @@ class MemoryEvent:
     `reason` (a stable code, never content) says why a staged batch was not committed."""
 
     outcome: CommitOutcome
-    user_characters: int
-    memory_characters: int
+    usage: MemoryUsage
     reason: str | None = None
     name: Literal["memory"] = "memory"
 
     def data(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "outcome": self.outcome,
-            "user_characters": self.user_characters,
-            "memory_characters": self.memory_characters,
-        }
+        data: dict[str, Any] = {"outcome": self.outcome, **self.usage.counts()}
         if self.reason is not None:
             data["reason"] = self.reason
         return data
@@ -112,7 +109,3 @@ class ErrorEvent:
 
 
 TurnEvent = StartEvent | DeltaEvent | ToolEvent | MemoryEvent | DoneEvent | ErrorEvent
-
-
-def as_dict(event: TurnEvent) -> dict[str, Any]:
-    return {"event": event.name, **asdict(event)}

@@ -10,7 +10,7 @@ from typing import Literal
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 
 from app.memory.render import MemoryStatus, render_block
-from app.memory.rules import LIMITS, Snapshot
+from app.memory.rules import LIMITS, MemoryUsage, Snapshot
 
 PROMPTS_ROOT = Path(__file__).resolve().parents[2] / "prompts"
 PromptKind = Literal["system", "eval"]
@@ -26,13 +26,14 @@ class MemoryView:
 
     def variables(self) -> dict[str, object]:
         shown = self.status == "available"
+        usage = self.snapshot.usage() if shown else MemoryUsage()
         return {
             "memory_status": self.status,
             "memory_block": render_block(self.snapshot) if shown else "",
             "memory_tool": self.tool_offered,
-            "user_memory_used": self.snapshot.characters("user") if shown else 0,
+            "user_memory_used": usage.user,
             "user_memory_limit": LIMITS["user"],
-            "memory_used": self.snapshot.characters("memory") if shown else 0,
+            "memory_used": usage.memory,
             "memory_limit": LIMITS["memory"],
         }
 

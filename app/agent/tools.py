@@ -13,9 +13,9 @@ from opentelemetry import trace
 
 from app.agent.context import MAX_REJECTED_CALLS, TurnContext
 from app.agent.events import ToolOutcome
+from app.memory.contract import MEMORY_TOOL_NAME, operations_schema
 from app.memory.ledger import stage_operations
-from app.memory.rules import LIMITS, MemoryValidationError, Snapshot, parse_operations
-from app.memory.scope import current_memory_request
+from app.memory.rules import MemoryValidationError, parse_operations
 from app.telemetry import (
     capture_content,
     count_targets,
@@ -27,7 +27,6 @@ from app.telemetry import (
 log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
 
-MEMORY_TOOL_NAME = "memory_update"
 UNAVAILABLE_MESSAGE = "memory unavailable: nothing was saved"
 # Bounds on the raw arguments, checked before any JSON parsing. The largest honest batch (20
 # operations rewriting both stores, every character escaped as \uXXXX) stays well below the
@@ -35,7 +34,8 @@ UNAVAILABLE_MESSAGE = "memory unavailable: nothing was saved"
 MAX_ARGUMENT_CHARS = 64 * 1024
 MAX_ARGUMENT_DEPTH = 8
 
-# Exactly the design's contract; the owner is never a parameter.
+# The design's contract, from the operation model the REST API documents; the owner is never a
+# parameter.
 MEMORY_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -46,68 +46,27 @@ MEMORY_TOOL: dict[str, Any] = {
             "add needs content; replace needs match (a unique substring) and the complete new "
             "entry; remove needs match. The batch is ordered; capacity is checked after it."
         ),
-        "parameters": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "operations": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": 20,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "target": {"enum": ["user", "memory"]},
-                            "action": {"enum": ["add", "replace", "remove"]},
-                            "match": {"type": ["string", "null"]},
-                            "content": {"type": ["string", "null"]},
-                        },
-                        "required": ["target", "action"],
-                    },
-                },
-            },
-            "required": ["operations"],
-        },
+        "parameters": operations_schema(),
     },
 }
 
 
 @dataclass(frozen=True)
 class ToolResult:
-    """What the loop needs from one call: the event outcome and the message for the model."""
+    """What the rounds need from one call: the event outcome, the message for the model, and
+    whether the call's arguments may be repeated to the model in the next request (not when
+    they were refused for their size or shape: the conversation stays bounded)."""
 
     outcome: ToolOutcome
     operation_count: int
     content: str
-
-
-def _usage(snapshot: Snapshot) -> dict[str, int]:
-    return {
-        "user_characters": snapshot.characters("user"),
-        "user_limit": LIMITS["user"],
-        "memory_characters": snapshot.characters("memory"),
-        "memory_limit": LIMITS["memory"],
-    }
+    echo_arguments: bool = True
 
 
 def _count(arguments: object) -> int:
     if isinstance(arguments, dict) and isinstance(arguments.get("operations"), list):
         return len(arguments["operations"])
     return 0
-
-
-def _writes_allowed(ctx: TurnContext) -> bool:
-    """Identity and the write switch come from the request scope and the context, never from
-    the arguments; both must agree that this turn may stage writes."""
-    scope = current_memory_request.get()
-    return (
-        ctx.ledger is not None
-        and ctx.writes_enabled
-        and scope is not None
-        and scope.writes_enabled
-        and scope.user_id == ctx.user_id
-    )
 
 
 @dataclass(frozen=True)
@@ -180,28 +139,28 @@ def run_memory_tool(ctx: TurnContext, raw_arguments: str) -> ToolResult:
         staged = ctx.ledger.snapshot if ctx.ledger else ctx.baseline
         memory_event(
             stage="tool",
-            tool=MEMORY_TOOL_NAME,
             outcome=result.outcome,
             operation_count=result.operation_count,
             targets=targets,
-            user_characters=staged.characters("user"),
-            memory_characters=staged.characters("memory"),
+            usage=staged.usage(),
             duration_ms=(time.perf_counter() - started) * 1000,
             rejected_calls=ctx.rejected_calls,
         )
         return result
 
 
-def _rejected(ctx: TurnContext, count: int, code: str, reason: str) -> ToolResult:
+def _rejected(
+    ctx: TurnContext, count: int, code: str, reason: str, *, echo: bool = True
+) -> ToolResult:
     ctx.rejected_calls += 1
     payload: dict[str, Any] = {"status": "rejected", "code": code, "reason": reason}
-    payload.update(_usage(ctx.ledger.snapshot if ctx.ledger else ctx.baseline))
+    payload.update((ctx.ledger.snapshot if ctx.ledger else ctx.baseline).usage().with_limits())
     if ctx.rejection_limit_reached:
         payload["instruction"] = (
             f"{MAX_REJECTED_CALLS} memory edits were rejected in this turn. Stop calling "
-            "memory_update and answer the user now."
+            f"{MEMORY_TOOL_NAME} and answer the user now."
         )
-    return ToolResult("rejected", count, json.dumps(payload))
+    return ToolResult("rejected", count, json.dumps(payload), echo_arguments=echo)
 
 
 def _run(ctx: TurnContext, raw_arguments: str) -> tuple[ToolResult, dict[str, int]]:
@@ -209,15 +168,19 @@ def _run(ctx: TurnContext, raw_arguments: str) -> tuple[ToolResult, dict[str, in
     if not isinstance(arguments, ArgumentError):
         register_json_strings(arguments)
     count = _count(arguments)
-    if not _writes_allowed(ctx):
+    bad_arguments = isinstance(arguments, ArgumentError)
+    if ctx.ledger is None:
+        # The owner comes from the turn's context alone, and only a turn that read memory with
+        # the flag on has a ledger: nothing in the arguments can change either.
         payload: dict[str, Any] = {"status": "unavailable", "message": UNAVAILABLE_MESSAGE}
-        return ToolResult("unavailable", count, json.dumps(payload)), {}
-    assert ctx.ledger is not None  # _writes_allowed checked it
+        return ToolResult("unavailable", count, json.dumps(payload),
+                          echo_arguments=not bad_arguments), {}
     if ctx.rejection_limit_reached:
         return _rejected(ctx, count, "too_many_rejections",
-                         "Too many rejected memory edits in this turn."), {}
+                         "Too many rejected memory edits in this turn.",
+                         echo=not bad_arguments), {}
     if isinstance(arguments, ArgumentError):
-        return _rejected(ctx, 0, arguments.code, arguments.reason), {}
+        return _rejected(ctx, 0, arguments.code, arguments.reason, echo=False), {}
     try:
         operations = parse_operations(arguments)
         snapshot = stage_operations(ctx.ledger, operations)
@@ -228,14 +191,14 @@ def _run(ctx: TurnContext, raw_arguments: str) -> tuple[ToolResult, dict[str, in
         "status": "staged",
         "operations": len(operations),
         "note": "Saved when this turn completes successfully.",
-        **_usage(snapshot),
+        **snapshot.usage().with_limits(),
     }
     return ToolResult("staged", len(operations), json.dumps(staged)), targets
 
 
 def unknown_tool_result(name_known: bool) -> str:
     """The answer to a call of a tool that this turn does not offer."""
-    reason = "memory_update is not available in this conversation." if name_known else (
+    reason = f"{MEMORY_TOOL_NAME} is not available in this conversation." if name_known else (
         "No such tool is available."
     )
     return json.dumps({"status": "rejected", "code": "tool_not_offered", "reason": reason})

@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.responses import Response
 
 from app.agent.events import TurnEvent
-from app.agent.loop import HistoryMessage, Turn, TurnRequest, TurnServices, stream_turn
+from app.agent.request import HistoryMessage, TurnRequest, TurnServices
+from app.agent.streaming import stream_turn
+from app.agent.turn import Turn
 from app.api import ui_stream
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import BODY_ERRORS, error_responses

@@ -8,7 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Request
 from starlette.responses import Response
 
-from app.agent.loop import Turn, TurnRequest, TurnServices, stream_turn
+from app.agent.request import TurnRequest, TurnServices
+from app.agent.streaming import stream_turn
+from app.agent.turn import Turn
 from app.api.chat import EVENT_STREAM, ChatPayload, check_message, read_request, respond
 from app.api.deps import RuntimeDep, SettingsDep
 from app.api.errors import BODY_ERRORS, error_responses

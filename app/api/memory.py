@@ -12,15 +12,15 @@ from typing import Any, Literal
 
 import structlog
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import BODY_ERRORS, ErrorBody, error_responses
 from app.errors import Conflict, ServiceUnavailable, Unprocessable
+from app.memory.contract import operations_schema
 from app.memory.render import document
 from app.memory.repository import CommitCancelledError
 from app.memory.rules import (
-    MAX_OPERATIONS,
     SCHEMA_VERSION,
     MemoryValidationError,
     Snapshot,
@@ -33,22 +33,7 @@ logger = structlog.get_logger(__name__)
 router = APIRouter(prefix="/v1/memory", tags=["memory"])
 
 
-# -- documented shapes (the body is validated by `parse_operations`, as the tool's is) --------
-
-
-class OperationBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    target: Literal["user", "memory"]
-    action: Literal["add", "replace", "remove"]
-    match: str | None = None
-    content: str | None = None
-
-
-class OperationsBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    operations: list[OperationBody] = Field(min_length=1, max_length=MAX_OPERATIONS)
+# -- documented shapes (a body is validated by `parse_operations`, as the tool's is) ----------
 
 
 class MemoryDocument(BaseModel):
@@ -65,29 +50,10 @@ class MemoryState(BaseModel):
     memory: MemoryDocument
 
 
-def _inline_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema with its `$defs` inlined, for `openapi_extra`."""
-    schema = model.model_json_schema()
-    definitions = schema.pop("$defs", {})
-
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            reference = node.get("$ref")
-            if isinstance(reference, str) and reference.startswith("#/$defs/"):
-                return resolve(definitions[reference.removeprefix("#/$defs/")])
-            return {key: resolve(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [resolve(item) for item in node]
-        return node
-
-    resolved: dict[str, Any] = resolve(schema)
-    return resolved
-
-
 _OPERATIONS_REQUEST = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": _inline_schema(OperationsBody)}},
+        "content": {"application/json": {"schema": operations_schema()}},
     }
 }
 _ERRORS: dict[int | str, dict[str, Any]] = {

@@ -23,8 +23,10 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.agent.events import TurnEvent
-from app.agent.loop import Turn, TurnRequest, TurnServices, stream_turn
 from app.agent.openai_wire import AnswerCollector, ChunkEncoder, Completion
+from app.agent.request import TurnRequest, TurnServices
+from app.agent.streaming import stream_turn
+from app.agent.turn import Turn
 from app.api.deps import CurrentUser, RuntimeDep, SettingsDep
 from app.api.openai_errors import OpenAIRoute
 from app.api.openai_request import WireError, parse_completion_request

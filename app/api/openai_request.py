@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.agent.llm import Sampling
-from app.agent.loop import HistoryMessage, HistoryRole
+from app.agent.request import HistoryMessage, HistoryRole
 
 ClientRole = Literal["system", "developer", "user", "assistant"]
 ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant"})

@@ -46,6 +46,29 @@ class MemoryValidationError(ValueError):
 
 
 @dataclass(frozen=True)
+class MemoryUsage:
+    """Characters used in each store, counted as the capacity check counts them (delimiters
+    included): the one shape of the counts the API, the tool, events and telemetry report."""
+
+    user: int = 0
+    memory: int = 0
+
+    def of(self, target: Target) -> int:
+        return self.user if target == "user" else self.memory
+
+    def counts(self) -> dict[str, int]:
+        return {"user_characters": self.user, "memory_characters": self.memory}
+
+    def with_limits(self) -> dict[str, int]:
+        return {
+            "user_characters": self.user,
+            "user_limit": LIMITS["user"],
+            "memory_characters": self.memory,
+            "memory_limit": LIMITS["memory"],
+        }
+
+
+@dataclass(frozen=True)
 class Snapshot:
     user: tuple[str, ...] = ()
     memory: tuple[str, ...] = ()
@@ -55,6 +78,9 @@ class Snapshot:
 
     def characters(self, target: Target) -> int:
         return rendered_length(self.entries(target))
+
+    def usage(self) -> MemoryUsage:
+        return MemoryUsage(self.characters("user"), self.characters("memory"))
 
 
 @dataclass(frozen=True)

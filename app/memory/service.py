@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine
 
+from app.concurrency import finish_even_if_cancelled
 from app.db.deadline import DeadlineExceededError, within
 from app.db.engine import SQLITE_IMMEDIATE
 from app.db.locking import is_retryable, is_timeout, is_unique_violation, writer_queue
@@ -155,22 +156,17 @@ class MemoryService:
     ) -> CommitResult:
         """Run the commit in a worker thread; cancellation reaches it through `cancel_event`.
 
-        The shield keeps this task waiting for the worker, so the repository, not the event
-        loop, makes the final rollback decision inside the transaction.
+        A cancelled caller keeps waiting for the worker (its own bounds end it), so the
+        repository, not the event loop, makes the final rollback decision inside the
+        transaction.
         """
-        worker = asyncio.ensure_future(
+        return await finish_even_if_cancelled(
             asyncio.to_thread(
                 self.commit_operations, user_id, batches, should_cancel=cancel_event.is_set
-            )
+            ),
+            on_cancel=cancel_event.set,
+            cleanup_seconds=None,
         )
-        try:
-            return await asyncio.shield(worker)
-        except asyncio.CancelledError:
-            cancel_event.set()
-            await asyncio.wait([worker])
-            if not worker.cancelled():
-                worker.exception()  # retrieved: the rollback is the expected outcome
-            raise
 
     def forget(self, user_id: str) -> int:
         with self.engine.connect() as connection, connection.begin():

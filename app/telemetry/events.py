@@ -14,6 +14,8 @@ from typing import Any, Literal, Protocol
 import structlog
 from opentelemetry import trace
 
+from app.memory.contract import MEMORY_TOOL_NAME
+from app.memory.rules import MemoryUsage
 from app.telemetry.redaction import subject_hash
 
 log = structlog.get_logger(__name__)
@@ -48,12 +50,11 @@ def memory_event(
     stage: MemoryStage,
     operation_count: int,
     targets: Mapping[Any, int],
-    user_characters: int,
-    memory_characters: int,
+    usage: MemoryUsage,
     duration_ms: float,
     outcome: str,
     retry_count: int = 0,
-    tool: str = "memory_update",
+    tool: str = MEMORY_TOOL_NAME,
     reason: str | None = None,
     **counts: int,
 ) -> None:
@@ -68,8 +69,8 @@ def memory_event(
         "tool": tool,
         "operation_count": int(operation_count),
         "targets": {"user": user_targets, "memory": memory_targets},
-        "user_characters": int(user_characters),
-        "memory_characters": int(memory_characters),
+        "user_characters": usage.user,
+        "memory_characters": usage.memory,
         "duration_ms": round(float(duration_ms), 1),
         "retry_count": int(retry_count),
         "outcome": outcome,

@@ -7,7 +7,9 @@ import asyncio
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from app.agent.loop import Turn, TurnRequest, TurnServices, collect_turn
+from app.agent.request import TurnRequest, TurnServices
+from app.agent.streaming import collect_turn
+from app.agent.turn import Turn
 from app.db.schema import agent_memory
 from app.memory.service import MemoryService
 from app.runtime import build_runtime

@@ -17,8 +17,8 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from app.agent.loop import Turn
 from app.agent.offline import ChatRequest
+from app.agent.turn import Turn
 from app.conversations.repository import MessageStatus, Role
 from app.conversations.service import ConversationService
 from app.main import create_app

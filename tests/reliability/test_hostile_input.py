@@ -309,6 +309,10 @@ def test_bad_tool_arguments_are_rejected_and_the_turn_goes_on(
         result = json.loads(model.requests[1].messages[-1]["content"])
         assert result["status"] == "rejected" and result["code"] == code
         assert len(result["reason"]) < 300 and arguments[:40] not in result["reason"]
+        # The refused arguments are not repeated to the model: every later request stays small.
+        echoed = model.requests[1].messages[-2]["tool_calls"][0]["function"]["arguments"]
+        assert echoed == "{}"
+        assert all(len(json.dumps(r.messages)) < 20_000 for r in model.requests)
         assert stored(engine, USER) == Snapshot(user=(FACT["content"],))
         model.assert_done()
     finally:

@@ -15,6 +15,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 from sqlalchemy import create_engine, text
 
+from app.memory.rules import MemoryUsage
 from app.settings import Settings
 from app.telemetry import configure_logging, memory_event, register_sensitive, telemetry_scope
 from app.telemetry.logging import WITHHELD_MESSAGE, sanitize_record
@@ -320,8 +321,7 @@ def test_memory_event_has_the_designs_fields(
             stage="commit",
             operation_count=2,
             targets={"user": 1, "memory": 1},
-            user_characters=640,
-            memory_characters=910,
+            usage=MemoryUsage(640, 910),
             duration_ms=38.04,
             retry_count=0,
             outcome="committed",
@@ -330,8 +330,7 @@ def test_memory_event_has_the_designs_fields(
             stage="tool",
             operation_count=1,
             targets={"user": 1},
-            user_characters=1,
-            memory_characters=2,
+            usage=MemoryUsage(1, 2),
             duration_ms=1,
             outcome=f"weird {SECRET}",
         )
@@ -367,7 +366,7 @@ def test_memory_event_has_the_designs_fields(
 # -- spans ------------------------------------------------------------------------------------
 
 
-def _span(attributes: dict[str, Any], *, scope_name: str = "app.agent.loop", **kw: Any) -> Any:
+def _span(attributes: dict[str, Any], *, scope_name: str = "app.agent.turn", **kw: Any) -> Any:
     context = SpanContext(1, 2, is_remote=False, trace_flags=TraceFlags(1))
     return ReadableSpan(
         name=kw.pop("name", "chat.turn"),
@@ -438,8 +437,8 @@ def test_span_processor_strips_events_status_and_registered_values() -> None:
 @pytest.mark.parametrize(
     ("capture", "scope_name", "kept"),
     [
-        (False, "app.agent.loop", False),
-        (True, "app.agent.loop", True),
+        (False, "app.agent.turn", False),
+        (True, "app.agent.turn", True),
         (True, "opentelemetry.instrumentation.fastapi", False),
     ],
     ids=["flag-off", "flag-on-our-span", "flag-on-framework-span"],

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from app.agent.llm import Sampling
-from app.agent.loop import HistoryMessage
+from app.agent.request import HistoryMessage
 from app.api.openai_request import WireError, parse_completion_request
 
 MODEL = "m-1"

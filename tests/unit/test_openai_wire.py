@@ -26,6 +26,7 @@ from app.agent.openai_wire import (
     ChunkEncoder,
     Completion,
 )
+from app.memory.rules import MemoryUsage
 
 COMPLETION = Completion(id="chatcmpl-t1", created=1_700_000_000, model="m-1")
 START = StartEvent(conversation_id=None, turn_id="t1", memory_status="available")
@@ -36,7 +37,7 @@ SAVING_TURN: list[TurnEvent] = [
     DeltaEvent("Let me note that. "),
     ToolEvent(outcome="staged", operation_count=1),
     DeltaEvent("Saved."),
-    MemoryEvent(outcome="committed", user_characters=len(SECRET), memory_characters=0),
+    MemoryEvent(outcome="committed", usage=MemoryUsage(len(SECRET), 0)),
     DoneEvent(finish_reason="stop", usage=Usage(120, 30)),
 ]
 

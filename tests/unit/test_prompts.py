@@ -75,3 +75,36 @@ def test_a_turn_gets_a_copy_and_the_shared_agent_never_changes() -> None:
     assert SENTINEL not in bob.instructions and bob.tools == ()
     assert shared.instructions == "" and shared.tools == ()
     assert alice is not shared and alice.model is shared.model
+
+
+def test_the_tool_schema_the_model_sees_is_pinned() -> None:
+    """The memory tool's parameters come from the operation model the REST API documents, and
+    are exactly the design's contract: one tool, `operations` of 1-20 items, target, action,
+    match and content, nothing else (no owner)."""
+    from app.agent.tools import MEMORY_TOOL
+    from app.memory.contract import MEMORY_TOOL_NAME, operations_schema
+
+    assert MEMORY_TOOL["function"]["name"] == MEMORY_TOOL_NAME == "memory_update"
+    assert MEMORY_TOOL["function"]["parameters"] == operations_schema() == {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "operations": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 20,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "target": {"enum": ["user", "memory"]},
+                        "action": {"enum": ["add", "replace", "remove"]},
+                        "match": {"type": ["string", "null"]},
+                        "content": {"type": ["string", "null"]},
+                    },
+                    "required": ["target", "action"],
+                },
+            },
+        },
+        "required": ["operations"],
+    }

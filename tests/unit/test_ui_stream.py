@@ -22,6 +22,7 @@ from app.agent.events import (
 )
 from app.api.ui_stream import _body, parse_ui_request, ui_chunks, wants_ui_stream
 from app.errors import Unprocessable
+from app.memory.rules import MemoryUsage
 
 START = StartEvent(conversation_id="c1", turn_id="t1", memory_status="available")
 
@@ -41,7 +42,7 @@ async def test_a_memory_turn_maps_to_steps_text_tool_and_data_parts() -> None:
         START,
         ToolEvent(outcome="staged", operation_count=1),
         DeltaEvent("Saved."),
-        MemoryEvent(outcome="committed", user_characters=31, memory_characters=0),
+        MemoryEvent(outcome="committed", usage=MemoryUsage(31, 0)),
         DoneEvent(finish_reason="stop"),
     )
     assert [chunk["type"] for chunk in chunks] == [

@@ -1,0 +1,48 @@
+"""What a turn is asked to do and what it may use: the validated request and its services."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from app.agent.llm import DEFAULT_SAMPLING, Sampling
+from app.conversations.service import ConversationService
+from app.memory.flags import FlagStore
+from app.memory.service import MemoryService
+from app.settings import Settings
+
+HistoryRole = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True)
+class HistoryMessage:
+    """An earlier message. `system` ones come from a client that sends its own instructions:
+    they follow the compiled system prompt, never replace it."""
+
+    role: HistoryRole
+    content: str
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """A validated request. `user_id` is the verified subject; None on the memory-free route.
+    `conversation_id` is an existing conversation the caller owns, or None to start one.
+    `history` precedes `message`, in order; `sampling` holds the client's generation options."""
+
+    message: str
+    user_id: str | None
+    conversation_id: str | None = None
+    history: tuple[HistoryMessage, ...] = ()
+    store_transcript: bool = True
+    sampling: Sampling = DEFAULT_SAMPLING
+
+
+@dataclass(frozen=True)
+class TurnServices:
+    """What the turn may touch. The memory-free route passes settings only: with no memory
+    service, flag store or transcript, nothing there can be read or written."""
+
+    settings: Settings
+    memory: MemoryService | None = None
+    flags: FlagStore | None = None
+    conversations: ConversationService | None = None

@@ -1,0 +1,43 @@
+"""A turn as a stream of events for the route adapters (SSE, AI SDK, OpenAI chunks), or as a
+list: the turn runs in its own task, and a consumer that goes away cancels it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+
+from app.agent.events import TurnEvent
+from app.agent.turn import Turn
+from app.concurrency import CLEANUP_SECONDS, wait_shielded
+
+
+async def collect_turn(turn: Turn) -> list[TurnEvent]:
+    """Run a turn without streaming (cancel the awaiting task to abandon it)."""
+    events: list[TurnEvent] = []
+    await turn.run(events.append)
+    return events
+
+
+async def stream_turn(turn: Turn) -> AsyncGenerator[TurnEvent, None]:
+    """The turn's events as they happen. A consumer that goes away (sse-starlette cancels the
+    generator on disconnect) cancels the turn and then waits, shielded, for its cleanup: the
+    ledger is discarded and the transcript row written."""
+    queue: asyncio.Queue[TurnEvent | None] = asyncio.Queue()
+
+    async def produce() -> None:
+        try:
+            await turn.run(queue.put_nowait)
+        finally:
+            queue.put_nowait(None)
+
+    task = asyncio.create_task(produce(), name=f"turn-{turn.turn_id}")
+    try:
+        while (event := await queue.get()) is not None:
+            yield event
+    finally:
+        if not task.done():
+            turn.cancel_event.set()
+            task.cancel()
+        # This generator is closed by a cancelled consumer, and the turn's own cleanup
+        # (rollback, transcript row) must still run to its end; run() reports its own failures.
+        await wait_shielded(task, CLEANUP_SECONDS)

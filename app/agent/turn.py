@@ -1,0 +1,159 @@
+"""One chat turn, sequenced: open it (memory read fail-open), run the model rounds, reach the
+commit point, then end with `done` or `error` and exactly one assistant row in the transcript.
+
+Each phase lives in its own module: `opening.py` (the start and its deadline), `rounds.py` (model
+rounds, tools, fallback), `commit.py` (the commit point and its report), `failures.py` (how a
+failure ends the turn), `streaming.py` (the turn as a stream). This module only orders them and
+owns the rule that decides the turn's last row: `complete` once the commit point was passed, even
+if the client leaves a moment later; otherwise `interrupted` or `failed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+import structlog
+from opentelemetry import trace
+
+from app.agent.agents import Agent
+from app.agent.commit import CommitPoint, Settled
+from app.agent.context import TurnContext, new_turn_id
+from app.agent.events import DoneEvent, ErrorEvent, StartEvent, TurnEvent
+from app.agent.failures import failure_event
+from app.agent.opening import open_turn
+from app.agent.request import TurnRequest, TurnServices
+from app.agent.rounds import Progress, run_rounds
+from app.concurrency import finish_even_if_cancelled
+from app.conversations.repository import MessageStatus
+from app.telemetry import capture_content, turn_context
+
+log = structlog.get_logger(__name__)
+tracer = trace.get_tracer(__name__)
+
+Emit = Callable[[TurnEvent], None]
+
+
+class Turn:
+    """One turn. Build it, then `await run(emit)` (or iterate `streaming.stream_turn`)."""
+
+    def __init__(self, agent: Agent, request: TurnRequest, services: TurnServices) -> None:
+        self.agent = agent
+        self.request = request
+        self.services = services
+        self.turn_id = new_turn_id()
+        self.cancel_event = threading.Event()
+        self.context: TurnContext | None = None
+        self.commit_point = CommitPoint(services)
+        self._transcript: asyncio.Future[None] | None = None
+
+    @property
+    def settled(self) -> Settled | None:
+        return self.commit_point.settled
+
+    async def run(self, emit: Emit) -> None:
+        started = time.perf_counter()
+        progress = Progress(model=self.agent.model.primary)
+        outcome = "failed"
+        with (
+            tracer.start_as_current_span("chat.turn") as span,
+            turn_context(self.turn_id, self.request.user_id),  # ids on every log line
+        ):
+            span.set_attribute("turn.agent", self.agent.name)
+            capture_content(span, "app.capture.user_message", self.request.message)
+            try:
+                failure = await self._attempt(progress, emit, span)
+                outcome = await self._end(failure, progress, emit)
+            except asyncio.CancelledError:
+                # The client left or the task was cancelled. A turn past its commit point
+                # succeeded: it keeps its one `complete` row. Otherwise the ledger is dropped,
+                # nothing is committed, and the row says `interrupted`.
+                self.cancel_event.set()
+                settled = self.settled
+                outcome = settled.finish if settled else "cancelled"
+                if settled is None:
+                    self._discard()
+                await self._end_transcript(
+                    progress.answer, "complete" if settled else "interrupted"
+                )
+                raise
+            finally:
+                capture_content(span, "app.capture.model_output", progress.answer)
+                span.set_attribute("turn.outcome", outcome)
+                span.set_attribute("turn.rounds", progress.rounds)
+                log.info(
+                    "turn.finished",
+                    turn_id=self.turn_id,
+                    agent=self.agent.name,
+                    outcome=outcome,
+                    rounds=progress.rounds,
+                    duration_ms=round((time.perf_counter() - started) * 1000, 1),
+                )
+
+    async def _attempt(
+        self, progress: Progress, emit: Emit, span: trace.Span
+    ) -> ErrorEvent | None:
+        """Play the turn under its deadline; a failure becomes the error event that ends it."""
+        try:
+            async with asyncio.timeout(self.services.settings.turn_timeout_seconds):
+                await self._play(progress, emit, span)
+        except Exception as error:
+            if isinstance(error, TimeoutError):
+                self.cancel_event.set()
+            return failure_event(error, turn_id=self.turn_id)
+        return None
+
+    async def _play(self, progress: Progress, emit: Emit, span: trace.Span) -> None:
+        """Start, model rounds, then the commit point; the memory event follows the commit at
+        once, before anything else can happen to the turn."""
+        ctx = self.context = await open_turn(
+            self.request,
+            self.services,
+            turn_id=self.turn_id,
+            uses_memory=self.agent.uses_memory,
+            cancel_event=self.cancel_event,
+        )
+        span.set_attribute("memory.status", ctx.memory_status)
+        emit(StartEvent(ctx.conversation_id, ctx.turn_id, ctx.memory_status))
+        finish = await run_rounds(
+            ctx, self.agent, self.request, self.services.settings.llm_max_rounds, progress, emit
+        )
+        settled = await self.commit_point.settle(ctx, finish)
+        settled.reported = True
+        emit(settled.event)
+
+    async def _end(self, failure: ErrorEvent | None, progress: Progress, emit: Emit) -> str:
+        """Write the turn's one assistant row and send its last event; returns the outcome."""
+        settled = self.settled
+        if settled is None:
+            assert failure is not None  # a turn that did not fail always reaches its commit point
+            self._discard()
+            emit(failure)
+            await self._end_transcript(progress.answer, "failed")
+            return failure.code
+        # Settled, possibly in a race with the deadline: the commit's answer stands.
+        if not settled.reported:
+            settled.reported = True
+            emit(settled.event)
+        await self._end_transcript(progress.answer, "complete")
+        emit(DoneEvent(settled.finish, progress.usage))
+        return settled.finish
+
+    def _discard(self) -> None:
+        if self.context is not None:
+            self.context.ledger = None
+
+    async def _end_transcript(self, content: str, status: MessageStatus) -> None:
+        """The turn's one assistant row. It is written once: a second call (a cancellation
+        arriving while the first write runs) waits for the same write."""
+        if self._transcript is None:
+            self._transcript = asyncio.ensure_future(self._store_answer(content, status))
+        await finish_even_if_cancelled(self._transcript)
+
+    async def _store_answer(self, content: str, status: MessageStatus) -> None:
+        conversations, ctx = self.services.conversations, self.context
+        if ctx is None or conversations is None or not self.request.store_transcript:
+            return
+        await conversations.append(ctx.conversation_id, ctx.turn_id, "assistant", content, status)

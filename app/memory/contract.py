@@ -1,0 +1,61 @@
+"""The memory edit contract, defined once: the operations that the `memory_update` tool offers
+the model and that `POST /v1/memory/operations` documents come from this one model.
+
+Validation itself is `rules.parse_operations` (one code path for the model and for users, with
+messages written for the model); this model is the published shape of what it accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+from app.memory.rules import ACTIONS, MAX_OPERATIONS, TARGETS, Action, Target
+
+MEMORY_TOOL_NAME = "memory_update"
+
+_OPTIONAL_TEXT: dict[str, Any] = {"type": ["string", "null"]}
+
+
+class OperationModel(BaseModel):
+    """One edit; the owner is never a field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: Annotated[Target, WithJsonSchema({"enum": list(TARGETS)})]
+    action: Annotated[Action, WithJsonSchema({"enum": list(ACTIONS)})]
+    match: Annotated[str | None, WithJsonSchema(_OPTIONAL_TEXT)] = None
+    content: Annotated[str | None, WithJsonSchema(_OPTIONAL_TEXT)] = None
+
+
+class OperationsModel(BaseModel):
+    """An ordered batch of 1 to 20 edits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operations: list[OperationModel] = Field(min_length=1, max_length=MAX_OPERATIONS)
+
+
+def operations_schema() -> dict[str, Any]:
+    """The batch's JSON schema, self-contained (no `$defs`) and without pydantic's titles and
+    defaults: exactly the tool parameters a model is given."""
+    schema = OperationsModel.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def clean(node: Any) -> Any:
+        if isinstance(node, dict):
+            reference = node.get("$ref")
+            if isinstance(reference, str) and reference.startswith("#/$defs/"):
+                return clean(definitions[reference.removeprefix("#/$defs/")])
+            return {
+                key: clean(value)
+                for key, value in node.items()
+                if key not in ("title", "description", "default")
+            }
+        if isinstance(node, list):
+            return [clean(item) for item in node]
+        return node
+
+    cleaned: dict[str, Any] = clean(schema)
+    return cleaned
