@@ -5,7 +5,7 @@ Anything that speaks the OpenAI protocol can use it, including this service itse
     python scripts/offline_model.py --port 8081
     LLM_BASE_URL=http://127.0.0.1:8081/v1 LLM_API_KEY=unused python -m app serve
 
-The replies are exactly those of the in-process offline model (`app/agent/offline.py`).
+The replies are exactly those of the in-process offline model (`app/offline/`).
 """
 
 from __future__ import annotations
@@ -24,15 +24,11 @@ from starlette.routing import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.agent.offline import (  # noqa: E402 (after the path setup above)
+from app.offline.model import OfflineModel  # noqa: E402 (after the path setup above)
+from app.offline.wire import (  # noqa: E402
     OFFLINE_MODEL_NAME,
-    BrokenStream,
     ChatRequest,
-    Hang,
-    HttpError,
-    OfflineModel,
     completion_body,
-    error_body,
     stream_body,
 )
 
@@ -50,10 +46,6 @@ def build_app(delay_ms: int = 15) -> Starlette:
             return JSONResponse({"error": {"message": "messages is required"}}, status_code=400)
         chat = ChatRequest.from_body(body)
         reply = await model(chat)
-        if isinstance(reply, HttpError):
-            return JSONResponse(error_body(reply), status_code=reply.status)
-        if isinstance(reply, (Hang, BrokenStream)):  # the offline model never does this
-            return JSONResponse({"error": {"message": "unsupported reply"}}, status_code=500)
         if chat.stream:
             return StreamingResponse(
                 stream_body(chat, reply, delay), media_type="text/event-stream",

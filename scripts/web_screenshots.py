@@ -26,10 +26,12 @@ import httpx
 import uvicorn
 from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
 
-from app.agent.offline import ChatCompletionsTransport, ChatRequest, OfflineModel, Reply, Text
 from app.db.engine import build_engine
 from app.db.migrate import upgrade
 from app.main import create_app
+from app.offline.model import OfflineModel
+from app.offline.transport import ChatCompletionsTransport
+from app.offline.wire import ChatRequest, Reply, Text
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]

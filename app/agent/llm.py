@@ -14,7 +14,7 @@ from openai import AsyncOpenAI
 from opentelemetry import trace
 
 from app.agent.events import Usage
-from app.agent.offline import offline_transport
+from app.offline.transport import offline_transport
 from app.settings import Settings
 
 log = structlog.get_logger(__name__)

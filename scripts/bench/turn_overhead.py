@@ -26,7 +26,7 @@ from openai import AsyncOpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.agent.offline import OFFLINE_MODEL_NAME  # noqa: E402
+from app.offline.wire import OFFLINE_MODEL_NAME  # noqa: E402
 from scripts.bench._common import summary, write_results  # noqa: E402
 from scripts.bench._processes import dev_token, offline_model, service  # noqa: E402
 from tests.support.databases import migrated_engine, postgres_database  # noqa: E402

@@ -12,14 +12,15 @@ import httpx
 import pytest
 from sqlalchemy import Engine, insert
 
-from app.agent.offline import ChatRequest, Reply
 from app.db.schema import agent_memory
 from app.memory.rules import SEPARATOR, Snapshot
+from app.offline.wire import ChatRequest
 from tests.support.apps import api_settings, memory_rows
 from tests.support.databases import stored
 from tests.support.scripted import (
     BrokenStream,
     HttpError,
+    Reply,
     ScriptedModel,
     Text,
     memory_call,

@@ -17,7 +17,6 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from app.agent.offline import ChatRequest
 from app.agent.turn import Turn
 from app.conversations.repository import MessageStatus, Role
 from app.conversations.service import ConversationService
@@ -25,6 +24,7 @@ from app.main import create_app
 from app.memory.flags import write_flag
 from app.memory.rules import Operation
 from app.memory.service import CommitResult, MemoryService
+from app.offline.wire import ChatRequest
 from tests.support.apps import api_settings, memory_rows
 from tests.support.databases import stored
 from tests.support.gates import Gates

@@ -16,15 +16,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from app.agent.offline import (
-    AsyncIteratorStream,
-    ChatCompletionsTransport,
-    ChatRequest,
-    OfflineModel,
-    Text,
-    stream_body,
-    words,
-)
+from app.offline.model import OfflineModel
+from app.offline.transport import AsyncIteratorStream, ChatCompletionsTransport
+from app.offline.wire import ChatRequest, Text, stream_body, words
 
 GATE_SECONDS = 60.0
 

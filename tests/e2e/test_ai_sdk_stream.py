@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from app.agent.offline import ChatCompletionsTransport, ChatRequest, Reply
 from app.main import create_app
+from app.offline.transport import ChatCompletionsTransport
+from app.offline.wire import ChatRequest
 from tests.e2e.conftest import e2e_settings, sqlite_file, token_for
-from tests.support.scripted import Text, memory_call
+from tests.support.scripted import Reply, Text, memory_call
 from tests.support.server import live_server
 
 pytestmark = pytest.mark.node

@@ -14,7 +14,6 @@ from zoneinfo import ZoneInfo
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from app.agent.offline import ChatCompletionsTransport
 from app.main import create_app
 from tests.e2e.conftest import (
     SCREENS,
@@ -44,7 +43,7 @@ from tests.e2e.web import (
     user_entries,
     wait_for_growth,
 )
-from tests.support.scripted import HttpError, ScriptedModel, Text, memory_call
+from tests.support.scripted import HttpError, ScriptedModel, ScriptedTransport, Text, memory_call
 from tests.support.server import live_server
 
 pytestmark = pytest.mark.browser
@@ -151,7 +150,7 @@ def test_stop_after_the_model_staged_a_change_saves_nothing(
     )
     app = create_app(
         e2e_settings(sqlite_file(tmp_path)),
-        model_transport=ChatCompletionsTransport(staged_then_long, delay_seconds=0.04),
+        model_transport=ScriptedTransport(staged_then_long, delay_seconds=0.04),
     )
     with live_server(app) as base:
         token = sign_in(page, base, "liam")
@@ -191,7 +190,7 @@ def test_a_failed_turn_is_shown_plainly_and_saves_nothing(
     )
     app = create_app(
         e2e_settings(sqlite_file(tmp_path)),
-        model_transport=ChatCompletionsTransport(staged_then_failing),
+        model_transport=ScriptedTransport(staged_then_failing),
     )
     with live_server(app) as base:
         token = sign_in(page, base, "mia")

@@ -15,19 +15,10 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from app.agent.offline import (
-    AsyncIteratorStream,
-    ChatRequest,
-    HttpError,
-    Reply,
-    Text,
-    ToolCall,
-    ToolCalls,
-    completion_body,
-    error_body,
-    stream_body,
-)
+from app.offline.transport import AsyncIteratorStream
+from app.offline.wire import ChatRequest, Text, ToolCall, ToolCalls, completion_body, stream_body
 from tests.support.gates import Gates
+from tests.support.scripted import HttpError, Reply, error_body
 
 FINAL_TEXT = "Saved. Both notes are kept for later turns."
 _KEY = re.compile(r"\bpair (?P<key>[A-Za-z0-9-]+)")

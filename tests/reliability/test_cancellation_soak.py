@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import httpx
 from sqlalchemy import Engine
 
-from app.agent.offline import words
 from app.main import create_app
+from app.offline.wire import words
 from tests.reliability.models import (
     FINAL_TEXT,
     PairModelTransport,

@@ -14,10 +14,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy import Engine
 
-from app.agent.offline import ToolCall, ToolCalls
 from app.agent.tools import MAX_ARGUMENT_CHARS, MAX_ARGUMENT_DEPTH
 from app.api.auth import DEV_AUDIENCE, DEV_ISSUER
 from app.memory.rules import Snapshot
+from app.offline.wire import ToolCall, ToolCalls
 from tests.support.apps import api_settings
 from tests.support.databases import migrated_engine, stored
 from tests.support.scripted import ScriptedModel, Text, memory_call, serve_with_model

@@ -8,7 +8,7 @@ from typing import Any
 
 import openai
 
-from app.agent.offline import OFFLINE_MODEL_NAME, ChatRequest
+from app.offline.wire import OFFLINE_MODEL_NAME, ChatRequest
 from tests.support.tokens import dev_token
 
 MODEL = OFFLINE_MODEL_NAME  # the default LLM_MODEL: the id /openai/v1/models lists

@@ -1,6 +1,7 @@
 """Scripted models for tests: replies served in order through the real in-process transport.
 
-Each step is a reply (`Text`, `ToolCalls`, `HttpError`, `BrokenStream`, `Hang`) or a function of
+Each step is a reply (`Text`, `ToolCalls`, and the failure modes only tests need: `HttpError`,
+`BrokenStream`, `Hang`, `HeldText`) or a function of
 the request returning one (sync or async, e.g. to wait for a concurrent request). Every request
 is recorded, so tests can read the system prompt the model saw. A call with no step left is an
 unexpected call: it is answered with an HTTP 500 (the turn fails) and `assert_done()` reports it
@@ -9,6 +10,7 @@ together with any unconsumed steps.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import threading
@@ -19,20 +21,9 @@ from typing import Any
 
 import httpx
 
-from app.agent.offline import (
-    AsyncIteratorStream,
-    BrokenStream,
-    ChatCompletionsTransport,
-    ChatRequest,
-    Hang,
-    HttpError,
-    Reply,
-    Text,
-    ToolCall,
-    ToolCalls,
-    stream_body,
-)
 from app.main import create_app
+from app.offline.transport import AsyncIteratorStream, ChatCompletionsTransport
+from app.offline.wire import ChatRequest, Text, ToolCall, ToolCalls, stream_body
 from app.settings import Settings
 from tests.support.gates import Gates
 from tests.support.server import live_server
@@ -42,6 +33,7 @@ __all__ = [
     "Hang",
     "HeldText",
     "HttpError",
+    "Reply",
     "ScriptedModel",
     "Text",
     "ToolCall",
@@ -51,6 +43,23 @@ __all__ = [
     "serve_with_model",
 ]
 
+
+@dataclass(frozen=True)
+class HttpError:
+    status: int = 500
+    message: str = "scripted upstream failure"
+
+
+@dataclass(frozen=True)
+class BrokenStream:
+    """Streams `text` word by word, then the connection breaks (no finish, no [DONE])."""
+
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Never answers: the caller's timeout or cancellation must end the request."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,12 @@ class HeldText:
     key: str
 
 
-Step = Reply | HeldText | Callable[[ChatRequest], Reply | HeldText | Awaitable[Reply | HeldText]]
+Reply = Text | ToolCalls | HttpError | BrokenStream | Hang | HeldText
+Step = Reply | Callable[[ChatRequest], Reply | Awaitable[Reply]]
+
+
+def error_body(reply: HttpError) -> dict[str, Any]:
+    return {"error": {"message": reply.message, "type": "server_error", "code": None}}
 
 
 def _finishes(chunk: bytes) -> bool:
@@ -74,21 +88,39 @@ def _finishes(chunk: bytes) -> bool:
 
 
 class ScriptedTransport(ChatCompletionsTransport):
-    """The offline model's wire format for scripted replies, `HeldText` included."""
+    """The offline model's wire format for scripted replies, the test-only failures included."""
 
     async def respond(self, chat: ChatRequest, reply: Any) -> httpx.Response:
-        if not isinstance(reply, HeldText):
-            return await super().respond(chat, reply)
-        held = reply
+        if isinstance(reply, Hang):
+            await asyncio.Event().wait()  # until the caller gives up
+            raise AssertionError("unreachable")
+        if isinstance(reply, HttpError):
+            return httpx.Response(reply.status, json=error_body(reply))
+        if isinstance(reply, BrokenStream):
+            if not chat.stream:
+                raise httpx.RemoteProtocolError("scripted: the connection broke")
+            return self._streamed(self._broken(chat, reply))
+        if isinstance(reply, HeldText):
+            return self._streamed(self._held(chat, reply))
+        return await super().respond(chat, reply)
 
-        async def chunks() -> AsyncIterator[bytes]:
-            async for chunk in stream_body(chat, Text(held.text), self.delay_seconds):
-                if _finishes(chunk):
-                    await held.gates.wait(held.key)
-                yield chunk
-
+    @staticmethod
+    def _streamed(chunks: AsyncIterator[bytes]) -> httpx.Response:
         return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                              stream=AsyncIteratorStream(chunks()))
+                              stream=AsyncIteratorStream(chunks))
+
+    async def _broken(self, chat: ChatRequest, reply: BrokenStream) -> AsyncIterator[bytes]:
+        """The text's chunks without their finish, then the connection breaks."""
+        async for chunk in stream_body(chat, Text(reply.text), self.delay_seconds):
+            if _finishes(chunk):
+                raise httpx.RemoteProtocolError("scripted: the stream broke midway")
+            yield chunk
+
+    async def _held(self, chat: ChatRequest, held: HeldText) -> AsyncIterator[bytes]:
+        async for chunk in stream_body(chat, Text(held.text), self.delay_seconds):
+            if _finishes(chunk):
+                await held.gates.wait(held.key)
+            yield chunk
 
 
 def memory_call(*operations: Mapping[str, Any], call_id: str = "call_1", **extra: Any) -> ToolCalls:
@@ -105,7 +137,7 @@ class ScriptedModel:
         self.requests: list[ChatRequest] = []
         self.unexpected: list[ChatRequest] = []
 
-    async def __call__(self, request: ChatRequest) -> Reply | HeldText:
+    async def __call__(self, request: ChatRequest) -> Reply:
         with self._lock:
             self.requests.append(request)
             if not self._steps:

@@ -26,20 +26,12 @@ from sqlalchemy import Engine
 
 import app.telemetry.logging as tl
 import app.telemetry.tracing as tt
-from app.agent.offline import (
-    OFFLINE_MODEL_NAME,
-    ChatCompletionsTransport,
-    ChatRequest,
-    Hang,
-    HttpError,
-    OfflineModel,
-    Reply,
-    Text,
-)
 from app.main import create_app
+from app.offline.model import OfflineModel
+from app.offline.wire import OFFLINE_MODEL_NAME, ChatRequest, Text
 from app.telemetry.tracing import CAPTURE_ATTRIBUTES
 from tests.support.apps import api_settings
-from tests.support.scripted import memory_call
+from tests.support.scripted import Hang, HttpError, Reply, ScriptedTransport, memory_call
 from tests.support.server import live_server
 from tests.support.sse import Event, iter_events, names
 from tests.support.tokens import dev_token
@@ -262,7 +254,7 @@ def run(
         eval_api_key=EVAL_KEY,
         telemetry_capture_content=capture,
     )
-    app = create_app(settings, model_transport=ChatCompletionsTransport(scripted_or_offline))
+    app = create_app(settings, model_transport=ScriptedTransport(scripted_or_offline))
     # A fresh subject per run: the session database keeps earlier runs' memory.
     token = dev_token(f"sentinel-user-{log_format}-{capture}-{uuid.uuid4().hex[:8]}")
     with capture_telemetry(capfd) as captured:

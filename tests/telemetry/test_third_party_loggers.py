@@ -24,8 +24,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 import app.telemetry.logging as tl
-from app.agent.offline import ChatRequest, ToolCalls, completion_body, stream_body
 from app.main import create_app
+from app.offline.wire import ChatRequest, ToolCalls, completion_body, stream_body
 from tests.support.apps import api_settings
 from tests.support.scripted import ScriptedModel, Text, memory_call
 from tests.support.server import live_server

@@ -9,20 +9,12 @@ import httpx
 import pytest
 from openai import AsyncOpenAI
 
-from app.agent.offline import (
-    LONG_ANSWER,
-    OFFLINE_NOTICE,
-    ChatCompletionsTransport,
-    ChatRequest,
-    OfflineModel,
-    Text,
-    ToolCall,
-    ToolCalls,
-    memory_entries,
-)
 from app.agent.tools import MEMORY_TOOL
 from app.memory.render import render_block
 from app.memory.rules import Snapshot
+from app.offline.model import LONG_ANSWER, OFFLINE_NOTICE, OfflineModel, memory_entries
+from app.offline.transport import ChatCompletionsTransport
+from app.offline.wire import ChatRequest, Text, ToolCall, ToolCalls
 
 SNAPSHOT = Snapshot(
     user=("The user prefers short answers.", "The user's name is Ada."),

@@ -1,0 +1,196 @@
+"""The offline model's answers: deterministic, read from the system prompt it is given and the
+last message; it saves facts with `memory_update` when the tool is offered and says plainly that
+it is the offline model otherwise."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from app.memory.contract import MEMORY_TOOL_NAME as MEMORY_TOOL
+from app.memory.render import CLOSE_TAG, OPEN_TAG
+from app.memory.rules import SEPARATOR
+from app.offline.wire import ChatRequest, Reply, Text, ToolCall, ToolCalls, content_text
+
+OFFLINE_NOTICE = (
+    "This is the built-in offline model, so my answers are canned. "
+    "To talk to a real model, set LLM_BASE_URL, LLM_API_KEY and LLM_MODEL "
+    "to any OpenAI-compatible chat-completions endpoint."
+)
+LONG_ANSWER = " ".join(
+    f"Sentence {number} of a deliberately long offline answer, streamed word by word so that "
+    "you can press Stop halfway and watch the turn end without saving anything."
+    for number in range(1, 31)
+)
+
+_REMEMBER = re.compile(r"^(?:please\s+)?remember(?:\s+that)?[\s:,]+(?P<rest>.+)$", re.I | re.S)
+_I_CLAUSE = re.compile(r"^i\s+(?P<rest>.+)$", re.I | re.S)
+_NAME = re.compile(r"\bmy name is\s+(?P<name>[^.!?\n]+)", re.I)
+_FORGET = re.compile(
+    r"^(?:please\s+)?forget(?:\s+(?:that|about|the fact that))?\s+(?P<phrase>.+)$", re.I | re.S
+)
+_HEADING = re.compile(r"^(USER PROFILE|AGENT MEMORY) \[.*\]$", re.M)
+_IRREGULAR = {"am": "is", "have": "has", "do": "does", "go": "goes", "was": "was", "can": "can",
+              "will": "will", "would": "would", "should": "should", "must": "must"}
+_PRONOUNS = {"my": "their", "me": "them", "myself": "themselves", "mine": "theirs", "i": "they",
+             "i'm": "they are"}
+
+
+def memory_entries(system_text: str) -> dict[str, list[str]]:
+    """The entries of the memory block in a system prompt (empty when there is no block)."""
+    entries: dict[str, list[str]] = {"user": [], "memory": []}
+    start, end = system_text.find(OPEN_TAG), system_text.find(CLOSE_TAG)
+    if start < 0 or end < start:
+        return entries
+    block = system_text[start + len(OPEN_TAG) : end]
+    headings = list(_HEADING.finditer(block))
+    for position, heading in enumerate(headings):
+        stop = headings[position + 1].start() if position + 1 < len(headings) else len(block)
+        body = block[heading.end() : stop].strip("\n")
+        target = "user" if heading.group(1) == "USER PROFILE" else "memory"
+        entries[target] = [entry for entry in body.split(SEPARATOR) if entry.strip()]
+    return entries
+
+
+def _sentence(text: str) -> str:
+    text = text.strip().rstrip(".!?").strip()
+    return (text[:1].upper() + text[1:] + ".") if text else ""
+
+
+def _third_person(clause: str) -> str:
+    """'prefer short answers' -> 'prefers short answers' (with my/me -> their/them)."""
+    words = clause.strip().split()
+    if not words:
+        return ""
+    verb = words[0].lower()
+    if verb in _IRREGULAR:
+        words[0] = _IRREGULAR[verb]
+    elif re.search(r"(s|sh|ch|x|z|o)$", verb):
+        words[0] = verb + "es"
+    elif re.search(r"[^aeiou]y$", verb):
+        words[0] = verb[:-1] + "ies"
+    else:
+        words[0] = verb + "s"
+    rest = [_PRONOUNS.get(word.lower(), word) for word in words[1:]]
+    return " ".join([words[0], *rest])
+
+
+def _user_fact(text: str) -> str | None:
+    """A fact about the user in the third person, or None when the text is not one."""
+    name = _NAME.search(text)
+    if name:
+        return _sentence(f"The user's name is {name.group('name').strip()}")
+    clause = _I_CLAUSE.match(text.strip())
+    if clause:
+        return _sentence("The user " + _third_person(clause.group("rest")))
+    return None
+
+
+def _called_remove(message: Mapping[str, Any]) -> bool:
+    """Whether the assistant's tool call before a result removed an entry (to word the reply)."""
+    for call in message.get("tool_calls") or ():
+        try:
+            arguments = json.loads(call.get("function", {}).get("arguments") or "{}")
+        except ValueError:
+            continue
+        operations = arguments.get("operations") if isinstance(arguments, dict) else None
+        if any(isinstance(op, dict) and op.get("action") == "remove" for op in operations or ()):
+            return True
+    return False
+
+
+class OfflineModel:
+    """Reads the system prompt it is given and the last message; answers deterministically."""
+
+    async def __call__(self, request: ChatRequest) -> Reply:
+        return self.reply(request)
+
+    def reply(self, request: ChatRequest) -> Reply:
+        last = request.messages[-1] if request.messages else {}
+        if last.get("role") == "tool":
+            removed = _called_remove(request.messages[-2] if len(request.messages) > 1 else {})
+            return Text(self._after_tool(content_text(last.get("content")), removed))
+        text = content_text(last.get("content")).strip()
+        lowered = text.lower()
+        can_write = MEMORY_TOOL in request.tool_names
+        entries = memory_entries(request.system_text())
+
+        if "what do you remember" in lowered:
+            return Text(self._recall(entries))
+        forget = _FORGET.match(text)
+        if forget:
+            return self._forget(forget.group("phrase"), entries, can_write, request)
+        remember = _REMEMBER.match(text)
+        if remember:
+            rest = remember.group("rest")
+            fact = _user_fact(rest)
+            if fact is not None:
+                return self._save("user", fact, can_write, request)
+            return self._save("memory", _sentence(rest), can_write, request)
+        if re.match(r"^i prefer\b", lowered) or _NAME.search(text):
+            fact = _user_fact(text)
+            if fact is not None:
+                return self._save("user", fact, can_write, request)
+        if "long" in lowered or "story" in lowered:
+            return Text(LONG_ANSWER)
+        return Text(OFFLINE_NOTICE)
+
+    @staticmethod
+    def _call_id(request: ChatRequest) -> str:
+        done = sum(1 for message in request.messages if message.get("role") == "tool")
+        return f"call_offline_{done + 1}"
+
+    def _save(self, target: str, fact: str, can_write: bool, request: ChatRequest) -> Reply:
+        if not can_write:
+            return Text("Memory is switched off here, so I cannot save that.")
+        operation = {"target": target, "action": "add", "content": fact}
+        return ToolCalls(
+            (ToolCall(MEMORY_TOOL, {"operations": [operation]}, self._call_id(request)),)
+        )
+
+    def _forget(
+        self, phrase: str, entries: dict[str, list[str]], can_write: bool, request: ChatRequest
+    ) -> Reply:
+        needle = phrase.strip().rstrip(".!?").strip()
+        needles = [needle.lower()]
+        clause = _I_CLAUSE.match(needle)
+        if clause:  # "I prefer tea" is stored as "The user prefers tea."
+            needles.append(_third_person(clause.group("rest")).lower())
+        needles.append(re.sub(r"\bmy\b", "user's", needle, flags=re.I).lower())
+        for target in ("user", "memory"):
+            for entry in entries[target]:
+                if any(candidate and candidate in entry.lower() for candidate in needles):
+                    if not can_write:
+                        return Text("Memory is switched off here, so I cannot change it.")
+                    operation = {"target": target, "action": "remove", "match": entry}
+                    return ToolCalls(
+                        (ToolCall(MEMORY_TOOL, {"operations": [operation]},
+                                  self._call_id(request)),)
+                    )
+        return Text("I have nothing in memory that matches that, so there is nothing to forget.")
+
+    @staticmethod
+    def _recall(entries: dict[str, list[str]]) -> str:
+        remembered = entries["user"] + entries["memory"]
+        if not remembered:
+            return "I do not remember anything yet."
+        return "Here is what I remember: " + " ".join(
+            entry if entry.endswith((".", "!", "?")) else entry + "." for entry in remembered
+        )
+
+    @staticmethod
+    def _after_tool(result: str, removed: bool) -> str:
+        try:
+            payload = json.loads(result)
+        except ValueError:
+            payload = {}
+        status = payload.get("status") if isinstance(payload, dict) else None
+        if status == "staged":
+            return "Forgotten." if removed else "Saved."
+        if status == "rejected":
+            return f"I could not save that: {payload.get('reason', 'it was rejected')}"
+        if status == "unavailable":
+            return "Memory is unavailable, nothing was saved."
+        return "Done."
