@@ -19,7 +19,7 @@ from app.memory import repository
 from app.memory.ledger import replay
 from app.memory.repository import CancelCheck, check_cancel
 from app.memory.rules import Operation, Snapshot, Target
-from app.telemetry.redaction import register_memory, register_operations
+from app.telemetry.sensitive import register_memory, register_operations
 
 MAX_ATTEMPTS = 3
 BACKOFF_SECONDS = 0.02

@@ -11,16 +11,16 @@ from app.telemetry.events import (
     turn_context,
 )
 from app.telemetry.logging import configure_logging
-from app.telemetry.redaction import (
+from app.telemetry.sensitive import (
     REDACTED,
     register_json_strings,
     register_memory,
     register_operations,
     register_sensitive,
     register_tool_arguments,
-    subject_hash,
     telemetry_scope,
 )
+from app.telemetry.subjects import subject_hash
 from app.telemetry.tracing import (
     capture_content,
     captured_spans,

@@ -16,7 +16,7 @@ from opentelemetry import trace
 
 from app.memory.contract import MEMORY_TOOL_NAME
 from app.memory.rules import MemoryUsage
-from app.telemetry.redaction import subject_hash
+from app.telemetry.subjects import subject_hash
 
 log = structlog.get_logger(__name__)
 

@@ -19,13 +19,10 @@ import structlog
 from structlog.typing import EventDict, Processor
 
 from app.settings import Settings
-from app.telemetry.redaction import (
-    current_scope,
-    format_exception_safely,
-    redact_event,
-    safe_exc_info,
-    set_subject_hash_key,
-)
+from app.telemetry.redaction import redact_event
+from app.telemetry.sensitive import current_scope
+from app.telemetry.subjects import set_subject_hash_key
+from app.telemetry.tracebacks import format_exception_safely, safe_exc_info
 
 # Third-party loggers are private by default: below WARNING, a record from any logger that is
 # not ours is withheld (its text replaced when it is created, and dropped by our handler), so a

@@ -20,7 +20,7 @@ from opentelemetry import trace
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.telemetry.redaction import (
+from app.telemetry.sensitive import (
     TelemetryScope,
     register_json_strings,
     register_sensitive,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from app.telemetry.middleware import register_body
-from app.telemetry.redaction import REDACTED, telemetry_scope
+from app.telemetry.sensitive import REDACTED, telemetry_scope
 
 TEXTS = [
     "client system prompt SNTL-OB1",

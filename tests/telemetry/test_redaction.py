@@ -19,14 +19,10 @@ from app.memory.rules import MemoryUsage
 from app.settings import Settings
 from app.telemetry import configure_logging, memory_event, register_sensitive, telemetry_scope
 from app.telemetry.logging import WITHHELD_MESSAGE, sanitize_record
-from app.telemetry.redaction import (
-    REDACTED,
-    TelemetryScope,
-    format_exception_safely,
-    redact_event,
-    safe_exc_info,
-    subject_hash,
-)
+from app.telemetry.redaction import redact_event
+from app.telemetry.sensitive import REDACTED, TelemetryScope
+from app.telemetry.subjects import subject_hash
+from app.telemetry.tracebacks import format_exception_safely, safe_exc_info
 from app.telemetry.tracing import RedactingSpanProcessor, filter_attributes
 from tests.telemetry.capture import capture_telemetry
 
