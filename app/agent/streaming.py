@@ -1,5 +1,5 @@
-"""A turn as a stream of events for the route adapters (SSE, AI SDK, OpenAI chunks), or as a
-list: the turn runs in its own task, and a consumer that goes away cancels it."""
+"""A turn as a stream of events for the route adapters (SSE, AI SDK, OpenAI chunks): the turn
+runs in its own task, and a consumer that goes away cancels it."""
 
 from __future__ import annotations
 
@@ -9,13 +9,6 @@ from collections.abc import AsyncGenerator
 from app.agent.events import TurnEvent
 from app.agent.turn import Turn
 from app.concurrency import CLEANUP_SECONDS, wait_shielded
-
-
-async def collect_turn(turn: Turn) -> list[TurnEvent]:
-    """Run a turn without streaming (cancel the awaiting task to abandon it)."""
-    events: list[TurnEvent] = []
-    await turn.run(events.append)
-    return events
 
 
 async def stream_turn(turn: Turn) -> AsyncGenerator[TurnEvent, None]:

@@ -15,7 +15,8 @@ from app.agent.context import MAX_REJECTED_CALLS, TurnContext
 from app.agent.events import ToolOutcome
 from app.memory.contract import MEMORY_TOOL_NAME, operations_schema
 from app.memory.ledger import stage_operations
-from app.memory.rules import MemoryValidationError, parse_operations
+from app.memory.parsing import parse_operations
+from app.memory.rules import MemoryValidationError
 from app.telemetry import (
     capture_content,
     count_targets,

@@ -18,13 +18,13 @@ from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import BODY_ERRORS, ErrorBody, error_responses
 from app.errors import Conflict, ServiceUnavailable, Unprocessable
 from app.memory.contract import operations_schema
+from app.memory.parsing import parse_operations
 from app.memory.render import document
 from app.memory.repository import CommitCancelledError
 from app.memory.rules import (
     SCHEMA_VERSION,
     MemoryValidationError,
     Snapshot,
-    parse_operations,
 )
 from app.memory.service import MemoryBusyError, MemoryUnavailableError
 

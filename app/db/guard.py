@@ -211,11 +211,6 @@ class Watchdog:
         with self._condition:
             self._leases.discard(lease)
 
-    @property
-    def active(self) -> int:
-        with self._condition:
-            return len(self._leases)
-
     def _run(self) -> None:
         while True:
             with self._condition:

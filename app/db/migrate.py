@@ -87,10 +87,6 @@ def current_revision(engine: Engine) -> str | None:
         return revision_of(connection)
 
 
-def is_at_head(engine: Engine) -> bool:
-    return current_revision(engine) == head_revision()
-
-
 def revision_of(connection: Connection) -> str | None:
     current = _versions(connection, VERSION_TABLE)
     if current:

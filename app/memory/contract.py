@@ -1,7 +1,7 @@
 """The memory edit contract, defined once: the operations that the `memory_update` tool offers
 the model and that `POST /v1/memory/operations` documents come from this one model.
 
-Validation itself is `rules.parse_operations` (one code path for the model and for users, with
+Validation itself is `parsing.parse_operations` (one code path for the model and for users, with
 messages written for the model); this model is the published shape of what it accepts.
 """
 

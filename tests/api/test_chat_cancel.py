@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from sqlalchemy import Engine, insert, select
 
+from app.agent.events import TurnEvent
 from app.agent.request import TurnRequest, TurnServices
-from app.agent.streaming import collect_turn
 from app.agent.turn import Turn
 from app.db.schema import agent_memory
 from app.memory.service import MemoryService
@@ -50,7 +50,8 @@ async def test_cancelling_a_turn_blocked_in_its_commit_commits_nothing(
             TurnServices(settings=runtime.settings, memory=runtime.memory,
                          flags=runtime.flags),
         )
-        task = asyncio.create_task(collect_turn(turn))
+        events: list[TurnEvent] = []
+        task = asyncio.create_task(turn.run(events.append))
 
         def commit_is_waiting_on_the_lock() -> bool:
             return lock_waiters(server_db, "%agent_memory%FOR UPDATE%") > 0

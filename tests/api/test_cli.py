@@ -14,7 +14,7 @@ import pytest
 
 from app.api.auth import DEV_AUDIENCE, DEV_ISSUER
 from app.db.engine import build_engine
-from app.db.migrate import head_revision, is_at_head
+from app.db.migrate import current_revision, head_revision
 from app.memory.flags import read_flag
 from tests.support.server import free_port
 
@@ -67,7 +67,7 @@ def test_migrate_flags_and_token(tmp_path: Path) -> None:
     assert str(head_revision()) in migrated.stdout
     engine = build_engine(f"sqlite:///{tmp_path / 'cli.db'}")
     try:
-        assert is_at_head(engine)
+        assert current_revision(engine) == head_revision()
         assert run_cli(tmp_path, "flags", "get").stdout.strip() == "memory: off (default)"
         switched = run_cli(tmp_path, "flags", "set", "memory", "on")
         assert switched.returncode == 0, switched.stderr

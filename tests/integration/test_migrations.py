@@ -22,7 +22,6 @@ from app.db.migrate import (
     alembic_config,
     current_revision,
     head_revision,
-    is_at_head,
     upgrade,
 )
 from app.db.schema import metadata
@@ -69,13 +68,13 @@ def app_tables(engine: Engine) -> set[str]:
 def test_upgrade_to_head_is_idempotent(fresh_engine: Engine) -> None:
     """A fresh database reaches head; upgrading again changes nothing and keeps the data."""
     assert current_revision(fresh_engine) is None
-    assert not is_at_head(fresh_engine)
+    assert current_revision(fresh_engine) != head_revision()
     upgrade(fresh_engine)
-    assert is_at_head(fresh_engine)
+    assert current_revision(fresh_engine) == head_revision()
     assert app_tables(fresh_engine) == APP_TABLES
     insert_row(fresh_engine, "alice", "user", "Survives a second upgrade.")
     upgrade(fresh_engine)
-    assert is_at_head(fresh_engine)
+    assert current_revision(fresh_engine) == head_revision()
     assert rows(fresh_engine, "alice") == {"user": ("Survives a second upgrade.", 1)}
 
 
@@ -87,7 +86,7 @@ def test_downgrade_to_base_and_upgrade_again(fresh_engine: Engine) -> None:
     assert current_revision(fresh_engine) is None
     assert app_tables(fresh_engine) == set()
     upgrade(fresh_engine)
-    assert is_at_head(fresh_engine)
+    assert current_revision(fresh_engine) == head_revision()
     assert app_tables(fresh_engine) == APP_TABLES
 
 
@@ -106,7 +105,7 @@ def test_each_step_downgrades_and_upgrades(fresh_engine: Engine) -> None:
 def test_upgrade_through_the_configured_url(fresh_engine: Engine) -> None:
     """Alembic's own entry point (env.py building its engine from the URL) migrates too."""
     command.upgrade(alembic_config(fresh_engine.url.render_as_string(hide_password=False)), "head")
-    assert is_at_head(fresh_engine)
+    assert current_revision(fresh_engine) == head_revision()
 
 
 def test_migrated_schema_matches_the_table_definitions(fresh_engine: Engine) -> None:

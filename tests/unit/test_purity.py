@@ -20,6 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PURE_MODULES = [
     "app/memory/rules.py",
+    "app/memory/parsing.py",
     "app/memory/policy.py",
     "app/memory/characters.py",
     "app/memory/markers.py",

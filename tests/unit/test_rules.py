@@ -6,6 +6,7 @@ from typing import Any, cast
 
 import pytest
 
+from app.memory.parsing import parse_operations
 from app.memory.rules import (
     LIMITS,
     MAX_OPERATIONS,
@@ -14,7 +15,6 @@ from app.memory.rules import (
     Operation,
     Snapshot,
     apply_operations,
-    parse_operations,
 )
 
 BASE = Snapshot(
