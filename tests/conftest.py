@@ -14,8 +14,6 @@ from sqlalchemy import Engine
 
 from tests.support.databases import mariadb_database, migrated_engine, postgres_database, wipe
 
-BACKENDS = ["sqlite", "postgres", "mariadb"]
-
 
 @pytest.fixture(autouse=True)
 def _loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,8 +19,8 @@ def test_history_is_sent_on_the_next_turn_and_bounded(engine: Engine, db_url: st
         conversation_id = one[0].data["conversation_id"]
         _, two = post_chat(url, dev_auth("alice"),
                            {"message": "second question", "conversation_id": conversation_id})
-        _, three = post_chat(url, dev_auth("alice"),
-                             {"message": "third question", "conversation_id": conversation_id})
+        post_chat(url, dev_auth("alice"),
+                  {"message": "third question", "conversation_id": conversation_id})
         body = httpx.get(f"{url}/v1/conversations/{conversation_id}",
                          headers=dev_auth("alice")).json()
     assert two[0].data["conversation_id"] == conversation_id

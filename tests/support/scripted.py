@@ -159,9 +159,6 @@ class ScriptedModel:
     def calls(self) -> int:
         return len(self.requests)
 
-    def system_prompts(self) -> list[str]:
-        return [request.system_text() for request in self.requests]
-
     def transport(self) -> ChatCompletionsTransport:
         return ScriptedTransport(self)  # type: ignore[arg-type]
 
