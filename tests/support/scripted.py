@@ -152,10 +152,6 @@ class ScriptedModel:
         return step
 
     @property
-    def remaining(self) -> int:
-        return len(self._steps)
-
-    @property
     def calls(self) -> int:
         return len(self.requests)
 
