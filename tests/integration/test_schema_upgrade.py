@@ -22,7 +22,6 @@ from app.db.migrate import (
     alembic_config,
     current_revision,
     head_revision,
-    is_at_head,
     upgrade,
 )
 from app.db.schema import metadata
@@ -31,6 +30,12 @@ from tests.support.databases import mariadb_database, postgres_database
 from tests.support.memory_db import add
 
 PREVIOUS = "0003"  # the last revision before the namespaced schema
+
+
+def is_at_head(engine: Engine) -> bool:
+    return current_revision(engine) == head_revision()
+
+
 CONVERSATION = "0f8fad5b-d9cb-469f-a165-70867728950e"
 FOREIGN_REVISION = "a1b2c3d4e5f6"
 
