@@ -13,12 +13,23 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    Page,
+    Playwright,
+    expect,
+    sync_playwright,
+)
 
 from app.main import create_app
 from app.settings import Settings
 from tests.support.databases import migrated_engine
 from tests.support.server import live_server
+
+# Assertions wait as long as actions do: a streamed answer on a loaded two-core machine can take
+# longer than Playwright's five-second default to finish, which is load, not a failure.
+expect.set_options(timeout=15_000)
 
 CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
