@@ -104,13 +104,13 @@ class ErrorBody(BaseModel):
 
 
 _ERROR_DESCRIPTIONS = {
-    400: "The body cannot be decoded (bad_request)",
+    400: "The request cannot be read (bad_request)",
     401: "Missing or invalid credentials",
     403: "The token lacks the role this route needs (forbidden)",
     404: "No such resource for this caller (not_found)",
     409: "The memory feature is off (memory_disabled)",
     413: "The request body or message is too large (payload_too_large)",
-    422: "The request breaks the contract; nothing changed",
+    422: "Not JSON (invalid_json), not an object, or against the contract; nothing changed",
     503: "The database is unavailable; retry shortly",
 }
 
