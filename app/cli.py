@@ -6,11 +6,22 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from app.settings import Settings, SettingsError, get_settings, load_settings
 
 # `serve` is the embedded, try-it-now mode: memory is on unless the environment says otherwise.
 SERVE_DEFAULTS = {"MEMORY_ENABLED": "true", "LOG_FORMAT": "console"}
+
+
+def _this_python() -> str:
+    """This interpreter as a shell command from here: `.venv/bin/python` when serve runs from
+    the repository's venv, so the printed command works outside an activated venv too."""
+    executable = Path(sys.executable)
+    try:
+        return str(executable.relative_to(Path.cwd()))
+    except ValueError:
+        return str(executable)
 
 
 def _fail(message: str) -> int:
@@ -60,11 +71,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         f"model: {'offline' if settings.offline_model else settings.llm_model})"
     )
     if settings.auth_mode == "dev":
-        print("Get a token:  python -m app token --sub alice")
-        print(
-            f"         or:  curl -s -X POST {url}/dev/token "
-            "-H 'content-type: application/json' -d '{\"sub\": \"alice\"}'"
-        )
+        print(f"Get a token:  TOKEN=$({_this_python()} -m app token --sub alice)")
     sys.stdout.flush()
     uvicorn.run("app.main:app", host=args.host, port=args.port, log_level=args.log_level)
     return 0

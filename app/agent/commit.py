@@ -133,7 +133,7 @@ def report_commit(
     reason: str | None = None,
     started: float | None = None,
 ) -> None:
-    """The design's memory event for this commit (log line and span attributes)."""
+    """The memory event of the design (docs/design.md) for this commit: log line and span."""
     memory_event(
         stage="commit",
         outcome=outcome,

@@ -35,7 +35,7 @@ UNAVAILABLE_MESSAGE = "memory unavailable: nothing was saved"
 MAX_ARGUMENT_CHARS = 64 * 1024
 MAX_ARGUMENT_DEPTH = 8
 
-# The design's contract, from the operation model the REST API documents; the owner is never a
+# The design's contract (docs/design.md), from the REST API's operation model; the owner is never a
 # parameter.
 MEMORY_TOOL: dict[str, Any] = {
     "type": "function",

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.bodies import body_error, is_undecodable, not_json
 from app.api.openai_errors import OPENAI_PREFIX, openai_http_error
 from app.errors import AppError
 
@@ -43,11 +44,6 @@ def _describe(error: RequestValidationError) -> str:
     return "; ".join(parts) or "The request is not valid."
 
 
-def _validation_code(error: RequestValidationError) -> str:
-    kinds = {item.get("type") for item in error.errors()}
-    return "invalid_json" if "json_invalid" in kinds else "invalid_request"
-
-
 def _route(request: Request) -> str | None:
     """The route template (`/v1/conversations/{conversation_id}`), never the raw path."""
     route = request.scope.get("route")
@@ -61,13 +57,20 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, error: RequestValidationError) -> JSONResponse:
-        return error_response(422, _validation_code(error), _describe(error))
+        unusable = body_error(error.errors())
+        if unusable is not None:  # not JSON, or not an object: the words every route uses
+            return error_response(422, unusable.code, unusable.message)
+        return error_response(422, "invalid_request", _describe(error))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
         if request.url.path.startswith(OPENAI_PREFIX):
             # Unknown URLs and wrong methods under the OpenAI-compatible prefix: OpenAI's shape.
             return openai_http_error(error)
+        if error.status_code == 400 and is_undecodable(error):
+            # FastAPI's own 400 for a body it could not decode reads like every other route's.
+            unusable = not_json()
+            return error_response(422, unusable.code, unusable.message)
         code = _HTTP_CODES.get(error.status_code, "http_error")
         headers = dict(error.headers) if error.headers else None
         return error_response(error.status_code, code, str(error.detail), headers)
@@ -101,13 +104,13 @@ class ErrorBody(BaseModel):
 
 
 _ERROR_DESCRIPTIONS = {
-    400: "The body cannot be decoded (bad_request)",
+    400: "The request cannot be read (bad_request)",
     401: "Missing or invalid credentials",
     403: "The token lacks the role this route needs (forbidden)",
     404: "No such resource for this caller (not_found)",
     409: "The memory feature is off (memory_disabled)",
     413: "The request body or message is too large (payload_too_large)",
-    422: "The request breaks the contract; nothing changed",
+    422: "Not JSON (invalid_json), not an object, or against the contract; nothing changed",
     503: "The database is unavailable; retry shortly",
 }
 

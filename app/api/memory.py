@@ -6,7 +6,6 @@ no body, query or path parameter names a user.
 
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any, Literal
 
@@ -14,6 +13,7 @@ import structlog
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
 
+from app.api.bodies import json_object
 from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import BODY_ERRORS, ErrorBody, error_responses
 from app.errors import Conflict, ServiceUnavailable, Unprocessable
@@ -117,11 +117,7 @@ async def apply_memory_operations(
                 code="memory_unavailable",
             )
         raise Conflict("Memory writes are switched off.", code="memory_disabled")
-    try:
-        payload = json.loads(await request.body())
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        # RecursionError: JSON nested deeper than the parser's recursion limit.
-        raise Unprocessable("The request body is not valid JSON.", code="invalid_json") from None
+    payload = json_object(await request.body())
     try:
         operations = parse_operations(payload)
     except MemoryValidationError as error:

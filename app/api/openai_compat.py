@@ -27,6 +27,7 @@ from app.agent.openai_wire import AnswerCollector, ChunkEncoder, Completion
 from app.agent.request import TurnRequest, TurnServices
 from app.agent.streaming import stream_turn
 from app.agent.turn import Turn
+from app.api.bodies import json_object
 from app.api.deps import CurrentUser, RuntimeDep, SettingsDep
 from app.api.openai_errors import OpenAIRoute
 from app.api.openai_request import WireError, parse_completion_request
@@ -89,15 +90,6 @@ async def retrieve_model(model_id: str, _user: CurrentUser, settings: SettingsDe
 # -- chat completions -----------------------------------------------------------------------------
 
 
-async def read_json(request: Request) -> object:
-    try:
-        return json.loads(await request.body())
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
-        raise WireError(
-            400, "The request body must be a JSON object.", code="invalid_json"
-        ) from None
-
-
 @router.post(
     "/chat/completions",
     summary="One chat turn with memory (OpenAI chat completions, streamed or not)",
@@ -107,7 +99,7 @@ async def read_json(request: Request) -> object:
 async def chat_completions(request: Request, user: CurrentUser, runtime: RuntimeDep) -> Response:
     settings = runtime.settings
     wanted = parse_completion_request(
-        await read_json(request),
+        json_object(await request.body()),  # its errors answer 400 in OpenAI's shape
         model_id=settings.llm_model,
         max_message_chars=settings.max_message_chars,
     )

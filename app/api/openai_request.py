@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from app.agent.llm import Sampling
 from app.agent.request import HistoryMessage, HistoryRole
+from app.api.bodies import NOT_OBJECT
 
 ClientRole = Literal["system", "developer", "user", "assistant"]
 ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant"})
@@ -63,7 +64,7 @@ def parse_completion_request(
     body: object, *, model_id: str, max_message_chars: int
 ) -> CompletionRequest:
     if not isinstance(body, Mapping):
-        raise bad("The request body must be a JSON object.", param=None)
+        raise bad(NOT_OBJECT, param=None)
     model = _model(body, model_id)
     _refuse_client_tools(body)
     _refuse_unsupported(body)

@@ -19,6 +19,7 @@ from app.agent.events import (
     ToolEvent,
     TurnEvent,
 )
+from app.api.bodies import not_object
 from app.errors import Unprocessable
 
 HEADER = "x-vercel-ai-ui-message-stream"
@@ -216,7 +217,7 @@ def parse_ui_request(body: Any) -> tuple[str, str | None]:
     useChat's own chat `id` is a client-side name and is not used.
     """
     if not isinstance(body, Mapping):
-        raise Unprocessable("The request body must be a JSON object.")
+        raise not_object()
     explicit = body.get("conversation_id")
     if explicit is not None and not isinstance(explicit, str):
         raise Unprocessable("conversation_id must be a string.")

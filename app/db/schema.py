@@ -1,6 +1,6 @@
 """Table definitions shared by the repositories; migrations create them, never `create_all`.
 
-`agent_memory` keeps the name the design gives it; every other table (and Alembic's version
+`agent_memory` keeps the design's name (docs/design.md); every other table (and Alembic's version
 table, see app/db/migrate.py) carries the project prefix, so that the service can share a
 database with other applications without a collision.
 """

@@ -40,7 +40,7 @@ def render_section(snapshot: Snapshot, target: Target) -> str:
 
 
 def render_block(snapshot: Snapshot) -> str:
-    """The complete memory block, exactly as the design shows it."""
+    """The complete memory block, exactly as the design (docs/design.md) shows it."""
     sections = "\n\n".join(render_section(snapshot, target) for target in ("user", "memory"))
     return f"{OPEN_TAG}\n{sections}\n{CLOSE_TAG}"
 

@@ -1,6 +1,6 @@
-"""Typed telemetry helpers for call sites: the design's memory event and turn/subject binding.
+"""Typed telemetry helpers: the memory event of the design (docs/design.md), turn/subject binding.
 
-The memory event carries the design's operational metadata and nothing else, to the log and to
+The memory event carries that operational metadata and nothing else, to the log and to
 the current span alike, so that an operator sees the same facts in both.
 """
 
@@ -58,7 +58,7 @@ def memory_event(
     reason: str | None = None,
     **counts: int,
 ) -> None:
-    """Log the design's memory event (after each `memory_update` call and each commit) and put
+    """Log the memory event of docs/design.md (after each `memory_update` call and commit) and put
     the same metadata on the current span. `reason` is an error code or exception class name;
     extra keyword fields must be counts (integers)."""
     outcome = outcome if outcome in MEMORY_OUTCOMES else "other"

@@ -47,7 +47,7 @@ def register_body(body: bytes) -> None:
     text = body.decode("utf-8", errors="replace")
     try:
         register_json_strings(json.loads(text))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         literals: list[str] = []
         for raw in _JSON_STRING.findall(text):
             literals.append(raw)

@@ -41,7 +41,7 @@ ALLOWED_ATTRIBUTES: frozenset[str] = frozenset(
         "gen_ai.operation.name",
         "gen_ai.request.model",
         "gen_ai.response.finish_reasons",
-        # Memory metadata (the design's memory event)
+        # Memory metadata (the design's memory event, docs/design.md)
         "memory.tool",
         "memory.status",
         "memory.outcome",

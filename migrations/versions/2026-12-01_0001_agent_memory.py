@@ -1,4 +1,4 @@
-"""agent_memory: the two bounded memory documents per user, exactly as the design defines them.
+"""agent_memory: the two bounded memory documents per user, as the design (docs/design.md) has them.
 
 Revision ID: 0001
 Revises:

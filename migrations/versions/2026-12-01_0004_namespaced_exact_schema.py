@@ -1,5 +1,5 @@
 """Namespaced, exact schema: identity compares exactly, text is Unicode and long enough, and
-every table but the design's `agent_memory` carries the `amem_` prefix.
+every table but the design's `agent_memory` (docs/design.md) carries the `amem_` prefix.
 
 - agent_memory is altered in place: `user_id` becomes exact (PostgreSQL COLLATE "C", MariaDB
   `utf8mb4_nopad_bin` / MySQL `utf8mb4_0900_bin`, SQL Server VARBINARY of UTF-16LE), the table

@@ -196,7 +196,8 @@ def test_serve_runs_the_embedded_defaults(tmp_path: Path) -> None:
         process.terminate()
         stdout, _stderr = process.communicate(timeout=30)
     assert base in stdout
-    assert "python -m app token --sub alice" in stdout
+    # The banner's command runs as printed: this interpreter, not a bare `python`.
+    assert f"TOKEN=$({sys.executable} -m app token --sub alice)" in stdout
 
 
 def test_flags_get_reports_the_flag_the_served_process_follows(tmp_path: Path) -> None:

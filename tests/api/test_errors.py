@@ -50,7 +50,7 @@ def _error(response: httpx.Response, status: int, code: str) -> None:
             "/dev/token",
             {"content": b"sub=alice", "headers": {"content-type": "text/plain"}},
             422,
-            "invalid_request",
+            "invalid_json",
         ),
         (
             "put",
@@ -64,7 +64,7 @@ def _error(response: httpx.Response, status: int, code: str) -> None:
             "/v1/memory/operations",
             {"json": "operations", "headers": ALICE},
             422,
-            "invalid_operation",
+            "invalid_request",
         ),
         (
             "post",

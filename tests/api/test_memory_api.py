@@ -82,7 +82,7 @@ REJECTED: list[tuple[str, Any, str]] = [
     ("empty_batch", _ops(), "invalid_operation"),
     ("too_many", _ops(*[_add(f"fact {n}") for n in range(21)]), "invalid_operation"),
     ("not_a_list", {"operations": {"target": "user"}}, "invalid_operation"),
-    ("array_body", [_add("x")], "invalid_operation"),
+    ("array_body", [_add("x")], "invalid_request"),
     (
         "bad_target",
         _ops({"target": "system", "action": "add", "content": "x"}),
