@@ -101,6 +101,9 @@ async def _model_round(
     emit: Emit,
 ) -> RoundResult:
     def on_text(piece: str) -> None:
+        # A model may answer with NUL, which PostgreSQL cannot store in text: shown and stored
+        # as U+FFFD everywhere, so the turn keeps its one assistant row and both agree.
+        piece = piece.replace("\x00", "\ufffd")
         progress.text.append(piece)
         emit(DeltaEvent(piece))
 
