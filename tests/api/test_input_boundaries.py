@@ -270,12 +270,18 @@ def test_conversation_timestamps_are_iso_8601_utc_with_a_zone(service: Service) 
         assert before <= moment <= after, (stamp, before, after)
 
 
-def test_a_model_answer_with_nul_keeps_its_one_assistant_row(engine: Engine, db_url: str) -> None:
-    """The user cannot send NUL, but a model can answer with it. PostgreSQL cannot store NUL in
-    text, so the answer's NUL is shown and stored as U+FFFD on every dialect: the turn keeps
-    its one `complete` assistant row (never a silently dropped one), and what the client was
-    streamed and what the transcript holds agree."""
-    model = ScriptedModel([Text("before\x00after")])
+@pytest.mark.parametrize(
+    "odd", [pytest.param("\x00", id="nul"), pytest.param("\ud800", id="lone-surrogate")]
+)
+def test_a_model_answer_with_nul_keeps_its_one_assistant_row(
+    engine: Engine, db_url: str, odd: str
+) -> None:
+    """The user cannot send NUL or a lone surrogate, but a model can answer with them.
+    PostgreSQL cannot store NUL in text and no dialect stores a lone surrogate, so each is
+    shown and stored as U+FFFD on every dialect: the turn keeps its one `complete` assistant
+    row (never a silently dropped one), and what the client was streamed and what the
+    transcript holds agree."""
+    model = ScriptedModel([Text(f"before{odd}after")])
     app = create_app(api_settings(db_url), model_transport=model.transport())
     headers = dev_auth("alice")
     with live_server(app) as url:
