@@ -273,7 +273,7 @@ def test_conversation_timestamps_are_iso_8601_utc_with_a_zone(service: Service) 
 @pytest.mark.parametrize(
     "odd", [pytest.param("\x00", id="nul"), pytest.param("\ud800", id="lone-surrogate")]
 )
-def test_a_model_answer_with_nul_keeps_its_one_assistant_row(
+def test_a_model_answer_with_unstorable_characters_keeps_its_one_row(
     engine: Engine, db_url: str, odd: str
 ) -> None:
     """The user cannot send NUL or a lone surrogate, but a model can answer with them.
