@@ -202,6 +202,46 @@ def test_a_client_that_leaves_after_the_memory_event_keeps_one_complete_row(
     assert turn_outcomes() == ["stop"]
 
 
+def test_the_memory_event_reaches_the_client_before_the_transcript_is_written(
+    engine: Engine, db_url: str
+) -> None:
+    """The memory event follows the commit at once: while the assistant row's write is held
+    at its gate, the client already holds the `memory` event's bytes (a turn that wrote the
+    transcript first would leave a client that goes in that window without it). Raw bytes are
+    read, so no line buffering can delay what the server sent."""
+    gates = Gates()
+    user = user_id()
+    model = ScriptedModel([memory_call(FACT), Text(ANSWER)])
+    received = bytearray()
+    with server(db_url, model) as (url, runtime):
+        runtime.conversations = HeldTranscript(runtime.engine, gates)
+
+        def read() -> None:
+            with (
+                httpx.Client(base_url=url, timeout=60) as client,
+                client.stream(
+                    "POST", "/v1/chat", json={"message": "remember that"}, headers=dev_auth(user)
+                ) as response,
+            ):
+                for chunk in response.iter_bytes():
+                    received.extend(chunk)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        try:
+            wait_for(lambda: "transcript" in gates.held, "the assistant row's write being held")
+            wait_for(
+                lambda: b"event: memory" in received,
+                "the memory event while the assistant row's write is held",
+            )
+        finally:
+            gates.release("transcript")
+            reader.join(60)
+    assert b"event: done" in received
+    assert stored(engine, user).user == (FACT["content"],)
+    model.assert_done()
+
+
 class HeldCommit(MemoryService):
     """A commit that has landed but not yet returned to the turn, until the test says so."""
 
