@@ -109,6 +109,8 @@ _OWNER = r"(\s+(for|of|to|on)\s+[^.,;:\n]{1,30}?)?"
 _VALUE = r"(?P<value>['\"“‘«][^'\"”’»\n]{2,}['\"”’»]|[^\s,;]+)"
 _PROSE_PASSWORD = re.compile(rf"\b{_PASSWORD_NOUNS}\b{_OWNER}\s*{_COPULA}\s+{_VALUE}", _FLAGS)
 _PROSE_KEY = re.compile(rf"\b{_KEY_NOUNS}\b{_OWNER}\s*{_COPULA}\s+{_VALUE}", _FLAGS)
+# "uses the password hunter22", "password? hunter22": no verb, so only a generated-looking value.
+_BARE_PASSWORD = re.compile(rf"\b{_PASSWORD_NOUNS}\s*[?:\-–]?\s+{_VALUE}", _FLAGS)
 _PROSE_FOREIGN = re.compile(
     rf"\b{_FOREIGN_PASSWORD_NOUNS}\b{_OWNER}\s*{_COPULA}\s+{_VALUE}", _FLAGS
 )
@@ -277,6 +279,8 @@ def find_secret(text: str) -> str | None:
     if _PIN.search(text):
         return "a PIN or access code"
     if any(_is_secret_value(match.group("value")) for match in _PROSE_PASSWORD.finditer(text)):
+        return "a password or passphrase"
+    if any(_looks_generated(match.group("value")) for match in _BARE_PASSWORD.finditer(text)):
         return "a password or passphrase"
     if any(_looks_generated(match.group("value")) for match in _PROSE_FOREIGN.finditer(text)):
         return "a password or passphrase"
