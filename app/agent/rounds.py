@@ -12,6 +12,7 @@ triggers the fallback.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import assert_never
@@ -29,6 +30,8 @@ from app.agent.tools import run_memory_tool, unknown_tool_result
 from app.memory.contract import MEMORY_TOOL_NAME
 
 log = structlog.get_logger(__name__)
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 Emit = Callable[[TurnEvent], None]
 
@@ -101,6 +104,10 @@ async def _model_round(
     emit: Emit,
 ) -> RoundResult:
     def on_text(piece: str) -> None:
+        # A model may answer with NUL (PostgreSQL cannot store it in text) or a lone surrogate
+        # (not storable text anywhere): shown and stored as U+FFFD, so the turn keeps its one
+        # assistant row and the transcript is what the client saw.
+        piece = _UNSTORABLE.sub("\ufffd", piece)
         progress.text.append(piece)
         emit(DeltaEvent(piece))
 

@@ -9,6 +9,7 @@ default-ignorable characters), combining marks removed, then ICU's confusable sk
 
 from __future__ import annotations
 
+import html
 import re
 
 import icu
@@ -57,10 +58,13 @@ _DELIMITER = skeleton(DELIMITER)
 
 
 def has_reserved_tag(text: str) -> bool:
-    """Whether the text holds something that reads as <persistent_memory_data> or its end."""
-    return _RESERVED_TAG.search(skeleton(text)) is not None
+    """Whether the text holds something that reads as <persistent_memory_data> or its end
+    (HTML character references too: a model reads `&lt;` as `<`)."""
+    return _RESERVED_TAG.search(skeleton(html.unescape(text))) is not None
 
 
 def has_delimiter_line(text: str) -> bool:
-    """Whether a line of the text, once normalized, reads as the `§` entry delimiter."""
-    return any(line.strip() == _DELIMITER for line in skeleton(text).split("\n"))
+    """Whether a line of the text, once normalized, reads as the `§` entry delimiter (or
+    spells it as an HTML character reference, `&sect;`)."""
+    lines = skeleton(html.unescape(text)).split("\n")
+    return any(line.strip() == _DELIMITER for line in lines)

@@ -96,7 +96,7 @@ _ASSIGNMENT_PATTERNS = [re.compile(r"\b" + pattern, _FLAGS) for pattern in _ASSI
 # Prose: "<owner's> password is hunter22", "the wifi passphrase was 'correct horse ...'".
 # A password noun is judged by its value's shape and wording (see _is_secret_value); a key or
 # token noun, or a password noun in another language, only by a value that looks generated.
-_PASSWORD_NOUNS = r"(passwords?|passwd|pass\s*phrases?|passcodes?)"
+_PASSWORD_NOUNS = r"(passwords?|passwd|pwd?|pass\s*phrases?|passcodes?)"
 _KEY_NOUNS = (
     r"((api|access|secret|private|wi-?fi|wlan|network)[_\s-]?keys?|client[_\s-]?secrets?|"
     r"(access|auth|bearer|api)[_\s-]?tokens?|tokens?)"
@@ -109,12 +109,15 @@ _OWNER = r"(\s+(for|of|to|on)\s+[^.,;:\n]{1,30}?)?"
 _VALUE = r"(?P<value>['\"“‘«][^'\"”’»\n]{2,}['\"”’»]|[^\s,;]+)"
 _PROSE_PASSWORD = re.compile(rf"\b{_PASSWORD_NOUNS}\b{_OWNER}\s*{_COPULA}\s+{_VALUE}", _FLAGS)
 _PROSE_KEY = re.compile(rf"\b{_KEY_NOUNS}\b{_OWNER}\s*{_COPULA}\s+{_VALUE}", _FLAGS)
+# "uses the password hunter22", "password? hunter22": no verb, so only a generated-looking value.
+_BARE_PASSWORD = re.compile(rf"\b{_PASSWORD_NOUNS}\s*[?:\-–]?\s+{_VALUE}", _FLAGS)
 _PROSE_FOREIGN = re.compile(
     rf"\b{_FOREIGN_PASSWORD_NOUNS}\b{_OWNER}\s*{_COPULA}\s+{_VALUE}", _FLAGS
 )
 _PIN = re.compile(
     r"\b(pin|pin\s*code|pincode|passcode|door\s+code|alarm\s+code|gate\s+code|lock\s+code|"
     r"unlock\s+code|safe\s+code|security\s+code|access\s+code|cvv|cvc)\b"
+    r"(\s+(number|no\.?|#))?"  # "the PIN number is 1234"
     r"(\s+(for|of|to|on)\s+[^.,;:\n]{1,30}?\s+(is|was|:|=)|\s*(is|was|:|=|-)?)\s*"
     r"\d(?:[\s-]?\d){2,7}\b",
     _FLAGS,
@@ -276,6 +279,8 @@ def find_secret(text: str) -> str | None:
     if _PIN.search(text):
         return "a PIN or access code"
     if any(_is_secret_value(match.group("value")) for match in _PROSE_PASSWORD.finditer(text)):
+        return "a password or passphrase"
+    if any(_looks_generated(match.group("value")) for match in _BARE_PASSWORD.finditer(text)):
         return "a password or passphrase"
     if any(_looks_generated(match.group("value")) for match in _PROSE_FOREIGN.finditer(text)):
         return "a password or passphrase"

@@ -7,7 +7,8 @@ the API accepts, every column holds whole.
 - A conversation id not shaped like ours (NUL, control characters, another case, padding) is
   404 without a query.
 - A message with NUL is refused with 422 and nothing is stored; other control characters and
-  the longest message of 4-byte characters are stored exactly.
+  the longest message of 4-byte characters are stored exactly. A model's answer with NUL
+  keeps its one assistant row (NUL shown and stored as U+FFFD).
 - Timestamps in answers are ISO 8601 in UTC with a `Z`.
 """
 
@@ -29,8 +30,9 @@ from app.main import create_app
 from app.memory.rules import LIMITS
 from tests.support.apps import api_settings, memory_rows
 from tests.support.memory_db import StatementLog, watch
+from tests.support.scripted import ScriptedModel, Text
 from tests.support.server import live_server
-from tests.support.sse import first, post_chat
+from tests.support.sse import first, post_chat, text_of
 from tests.support.tokens import dev_auth
 
 MAX_MESSAGE_CHARS = 32_000  # the default, which the API contract names
@@ -266,3 +268,30 @@ def test_conversation_timestamps_are_iso_8601_utc_with_a_zone(service: Service) 
         moment = datetime.fromisoformat(stamp)
         assert moment.utcoffset() is not None and moment.utcoffset().total_seconds() == 0
         assert before <= moment <= after, (stamp, before, after)
+
+
+@pytest.mark.parametrize(
+    "odd", [pytest.param("\x00", id="nul"), pytest.param("\ud800", id="lone-surrogate")]
+)
+def test_a_model_answer_with_unstorable_characters_keeps_its_one_row(
+    engine: Engine, db_url: str, odd: str
+) -> None:
+    """The user cannot send NUL or a lone surrogate, but a model can answer with them.
+    PostgreSQL cannot store NUL in text and no dialect stores a lone surrogate, so each is
+    shown and stored as U+FFFD on every dialect: the turn keeps its one `complete` assistant
+    row (never a silently dropped one), and what the client was streamed and what the
+    transcript holds agree."""
+    model = ScriptedModel([Text(f"before{odd}after")])
+    app = create_app(api_settings(db_url), model_transport=model.transport())
+    headers = dev_auth("alice")
+    with live_server(app) as url:
+        response, events = post_chat(url, headers, {"message": "say something odd"})
+        assert response.status_code == 200
+        conversation_id = first(events, "start").data["conversation_id"]
+        body = httpx.get(
+            f"{url}/v1/conversations/{conversation_id}", headers=headers, timeout=30
+        ).json()
+    answer = [(m["status"], m["content"]) for m in body["messages"] if m["role"] == "assistant"]
+    assert answer == [("complete", "before\ufffdafter")]
+    assert text_of(events) == "before\ufffdafter"
+    model.assert_done()

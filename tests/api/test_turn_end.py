@@ -15,11 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 
 from app.agent.turn import Turn
 from app.conversations.repository import MessageStatus, Role
 from app.conversations.service import ConversationService
+from app.db.schema import feature_flags
 from app.main import create_app
 from app.memory.flags import write_flag
 from app.memory.rules import Operation
@@ -202,6 +203,46 @@ def test_a_client_that_leaves_after_the_memory_event_keeps_one_complete_row(
     assert turn_outcomes() == ["stop"]
 
 
+def test_the_memory_event_reaches_the_client_before_the_transcript_is_written(
+    engine: Engine, db_url: str
+) -> None:
+    """The memory event follows the commit at once: while the assistant row's write is held
+    at its gate, the client already holds the `memory` event's bytes (a turn that wrote the
+    transcript first would leave a client that goes in that window without it). Raw bytes are
+    read, so no line buffering can delay what the server sent."""
+    gates = Gates()
+    user = user_id()
+    model = ScriptedModel([memory_call(FACT), Text(ANSWER)])
+    received = bytearray()
+    with server(db_url, model) as (url, runtime):
+        runtime.conversations = HeldTranscript(runtime.engine, gates)
+
+        def read() -> None:
+            with (
+                httpx.Client(base_url=url, timeout=60) as client,
+                client.stream(
+                    "POST", "/v1/chat", json={"message": "remember that"}, headers=dev_auth(user)
+                ) as response,
+            ):
+                for chunk in response.iter_bytes():
+                    received.extend(chunk)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        try:
+            wait_for(lambda: "transcript" in gates.held, "the assistant row's write being held")
+            wait_for(
+                lambda: b"event: memory" in received,
+                "the memory event while the assistant row's write is held",
+            )
+        finally:
+            gates.release("transcript")
+            reader.join(60)
+    assert b"event: done" in received
+    assert stored(engine, user).user == (FACT["content"],)
+    model.assert_done()
+
+
 class HeldCommit(MemoryService):
     """A commit that has landed but not yet returned to the turn, until the test says so."""
 
@@ -369,6 +410,38 @@ def test_memory_switched_off_during_a_turn_discards_what_it_staged(
     assert first(events, "start").data["memory"] == {"status": "available"}
     assert first(events, "tool").data["outcome"] == "staged"
     assert first(events, "memory").data["outcome"] == "none"
+    assert names(events)[-1] == "done"
+    assert memory_rows(engine, user) == 0
+    model.assert_done()
+
+
+def test_a_flag_unreadable_at_the_commit_point_discards_what_was_staged(
+    engine: Engine, db_url: str
+) -> None:
+    """The flag was on when the turn began and the turn staged an edit; at the commit point the
+    flags table cannot be read. Fail-closed: nothing is committed (`failed`, reason
+    `memory_unavailable`), never the cached "on" nor MEMORY_ENABLED, and the answer still
+    ends with `done`."""
+    user = user_id()
+    unreadable = threading.Event()
+
+    async def flags_table_breaks(_request: ChatRequest) -> Text:
+        unreadable.set()
+        return Text(ANSWER)
+
+    model = ScriptedModel([memory_call(FACT), flags_table_breaks])
+    with server(db_url, model, flag_cache_seconds=60) as (url, runtime):
+
+        @event.listens_for(runtime.engine, "before_cursor_execute")
+        def _refuse_flag_reads(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            if unreadable.is_set() and feature_flags.name in statement:
+                raise RuntimeError("the flags table cannot be read")
+
+        events = read_until(url, user, {"message": "remember that"}, lambda _e: False)
+    assert first(events, "start").data["memory"] == {"status": "available"}
+    assert first(events, "tool").data["outcome"] == "staged"
+    memory = first(events, "memory").data
+    assert (memory["outcome"], memory["reason"]) == ("failed", "memory_unavailable")
     assert names(events)[-1] == "done"
     assert memory_rows(engine, user) == 0
     model.assert_done()

@@ -1,5 +1,6 @@
 """Every database wait is bounded, on SQLite, PostgreSQL and MariaDB: sessions carry the
-configured statement and lock timeouts, a connection held past its lease is broken, a lock held
+configured statement and lock timeouts, a pool checkout waits at most its timeout, a connection
+held past its lease is broken, a lock held
 by another session fails a commit clearly, and work abandoned at a deadline never commits.
 
 Bounds are asserted as "answered well before the wait it replaces would have ended" (a sleep of
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import Engine, insert, select, text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from app.db.deadline import DeadlineExceededError, within
 from app.db.engine import SQLITE_IMMEDIATE, DatabaseLimits, build_engine
@@ -91,6 +93,21 @@ def test_a_connection_held_past_its_lease_is_broken_and_the_pool_heals(
         with pytest.raises(DBAPIError), bounded.connect() as connection:
             connection.execute(text(_endless_statement(bounded))).all()
         assert time.monotonic() - started < BOUND_SECONDS
+        with bounded.connect() as connection:
+            assert connection.execute(text("SELECT 1")).scalar() == 1
+
+
+def test_a_checkout_from_an_exhausted_pool_fails_within_the_pool_timeout(db_url: str) -> None:
+    """Every pooled connection is held: the next checkout waits DB_POOL_TIMEOUT_SECONDS, not
+    SQLAlchemy's 30 s default, then fails clearly; once one is returned the pool serves again."""
+    limits = DatabaseLimits(pool_size=1, pool_max_overflow=0, pool_timeout_seconds=1)
+    with bounded_engine(db_url, limits) as bounded:
+        with bounded.connect() as held:
+            held.execute(text("SELECT 1"))
+            started = time.monotonic()
+            with pytest.raises(PoolTimeoutError), bounded.connect():
+                pass
+            assert time.monotonic() - started < BOUND_SECONDS
         with bounded.connect() as connection:
             assert connection.execute(text("SELECT 1")).scalar() == 1
 

@@ -253,6 +253,8 @@ RESERVED_TAG_VARIANTS = [
     pytest.param("</persis\u200btent_memory_data>", id="zero-width-space-inside"),
     pytest.param("</persis\u00adtent_memory_data>", id="soft-hyphen-inside"),
     pytest.param("</persistent_rnernory_data>", id="rn-for-m"),
+    pytest.param("&lt;/persistent_memory_data&gt;", id="html-entities"),
+    pytest.param("&#60;/persistent_memory_data&#x3E;", id="numeric-character-references"),
 ]
 
 
@@ -278,6 +280,7 @@ DELIMITER_VARIANTS = [
     pytest.param("a\n§\u0301\nb", id="combining-mark"),
     pytest.param("a\n\u200b§\u200b\nb", id="zero-width-spaces"),
     pytest.param("a\n\u00a0§\u3000\nb", id="unicode-spaces"),
+    pytest.param("a\n&sect;\nb", id="html-entity"),
 ]
 
 
