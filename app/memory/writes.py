@@ -97,7 +97,11 @@ def write(
     batches, provenance = resolve(connection, user_id, request)
     register_operations(batches)  # before the SQL that binds them
     if request.may_propose and proposals.save_mode(connection, user_id) == "ask":
-        replay(current, batches)  # under the same rules: a refused batch is never proposed
+        # Under the same rules: a refused batch is never proposed; one that would change
+        # nothing (facts already remembered) is not worth asking about.
+        if replay(current, batches) == current:
+            check_cancel(should_cancel, "before the transaction ended")
+            return Written(current, ())
         check_cancel(should_cancel, "before persistence")
         proposal_id = proposals.add(
             connection,

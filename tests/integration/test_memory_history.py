@@ -158,6 +158,10 @@ def test_ask_mode_turns_a_turn_batch_into_a_proposal_accepted_like_a_staged_batc
     assert (proposal.turn_id, proposal.conversation_id) == (TURN.turn_id, TURN.conversation_id)
     service.commit_operations("alice", add("memory", "Own edit."))
     assert stored(engine, "alice").memory == ("Own edit.",)
+    known = service.commit_operations(
+        "alice", add("memory", "Own edit."), provenance=TURN, may_propose=True
+    )
+    assert known.proposal_id is None  # nothing to ask about: it is remembered already
 
     accepted = service.commit_operations(
         "alice", [], provenance=Provenance("proposal"), proposal_id=proposal.id
