@@ -20,6 +20,7 @@ from tests.e2e.web import (
     send,
     settled,
     sign_in,
+    sign_out,
     user_entries,
 )
 
@@ -141,3 +142,29 @@ def test_export_downloads_memory_history_and_conversations(
     [conversation] = body["conversations"]
     assert conversation["title"] == TITLE
     assert [m["role"] for m in conversation["messages"]] == ["user", "assistant"]
+
+
+def test_the_next_person_sees_none_of_the_previous_ones_history_or_proposals(
+    server: str, page: Page, screen: str
+) -> None:
+    """Sign-out clears the history, the cards and the switch; the next person's panel shows
+    only their own (empty) history, read for their token."""
+    sign_in(page, server, f"ivan-{screen}")
+    open_memory(page)
+    page.get_by_label("Ask before saving").check()
+    close_drawer(page)
+    send(page, REMEMBER)
+    settled(page, 1)
+    send(page, "remember that I live in Lisbon")
+    settled(page, 2)
+    open_memory(page)
+    expect(cards(page)).to_have_count(2)
+    page.get_by_role("button", name=f"Accept: {ADDED}").click()
+    expect(history_items(page)).to_have_count(1)
+    sign_out(page)
+    sign_in(page, server, f"jade-{screen}")
+    open_memory(page)
+    expect(page.locator("#memory [data-section=history] .empty")).to_be_visible()
+    expect(history_items(page)).to_have_count(0)
+    expect(cards(page)).to_have_count(0)
+    expect(page.get_by_label("Ask before saving")).not_to_be_checked()
