@@ -25,6 +25,16 @@ ID_COLUMNS = {
     ("amem_conversations", "user_id"): 128,
     ("amem_conversation_messages", "conversation_id"): 36,
     ("amem_conversation_messages", "turn_id"): 36,
+    ("amem_memory_changes", "id"): 36,
+    ("amem_memory_changes", "user_id"): 128,
+    ("amem_memory_changes", "turn_id"): 36,
+    ("amem_memory_changes", "conversation_id"): 36,
+    ("amem_memory_changes", "undoes"): 36,
+    ("amem_memory_proposals", "id"): 36,
+    ("amem_memory_proposals", "user_id"): 128,
+    ("amem_memory_proposals", "turn_id"): 36,
+    ("amem_memory_proposals", "conversation_id"): 36,
+    ("amem_memory_preferences", "user_id"): 128,
 }
 
 
