@@ -56,6 +56,8 @@ def test_each_entry_shows_its_origin_and_a_change_can_be_undone(
     page.get_by_role("button", name=f"Undo: {ADDED}").click()
     expect(user_entries(page)).to_have_count(0)
     expect(history_items(page)).to_have_text([f"Removed from About you: {SAVED_ENTRY}", ADDED])
+    expect(page.locator("#change-list li").nth(1).locator(".undone")).to_have_text("Undone")
+    expect(page.get_by_role("button", name=f"Undo: {ADDED}")).to_have_count(0)
     expect(page.locator("#memory-notice [role=status]")).to_have_text("Undone: 1 entry removed.")
     assert memory_of(server, token)["user"]["entries"] == []
 

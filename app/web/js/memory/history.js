@@ -18,17 +18,19 @@ export class HistorySection {
   }
 
   render({ changes, next, titles }) {
-    this.list.replaceChildren(...changes.map((change) => this.item(change, titles)));
+    // A change already undone says so instead of offering Undo again (the API would refuse).
+    const undone = new Set(changes.map((change) => change.undoes).filter(Boolean));
+    this.list.replaceChildren(...changes.map((change) => this.item(change, titles, undone.has(change.id))));
     this.empty.hidden = changes.length > 0;
     this.moreButton.hidden = !next;
   }
 
-  item(change, titles) {
+  item(change, titles, undone) {
     const lines = change.operations.map((operation) =>
       el("p", { className: "change-text", text: operationText(operation) }));
     const summary = lines.map((line) => line.textContent).join("; ");
-    const undo = button("Undo", () => this.undo(change), {
-      className: "secondary small", label: `Undo: ${summary}` });
+    const undo = undone ? el("span", { className: "muted small undone", text: "Undone" })
+      : button("Undo", () => this.undo(change), { className: "secondary small", label: `Undo: ${summary}` });
     const meta = el("p", { className: "change-meta muted small" },
       [`${capitalize(sourceText(change, titles))} · `, timeElement(change.created_at)]);
     return el("li", { className: "change", attrs: { "data-source": change.source } },
