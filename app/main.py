@@ -17,6 +17,8 @@ from app.api import (
     eval,
     health,
     memory,
+    memory_history,
+    memory_proposals,
     openai_compat,
     web,
 )
@@ -57,7 +59,8 @@ def create_app(
         lifespan=lifespan,
     )
     errors.install(app)
-    for module in (health, dev, memory, admin, chat, eval, conversations, openai_compat, web):
+    for module in (health, dev, memory, memory_history, memory_proposals, admin, chat, eval,
+                   conversations, openai_compat, web):
         app.include_router(module.router)
 
     def max_request_bytes() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 
 import httpx
 from sqlalchemy import Engine
@@ -13,8 +14,10 @@ from app.agent.agents import AgentRegistry
 from app.api.auth import DevTokens, TokenVerifier, build_verifier
 from app.conversations.service import ConversationService
 from app.db.engine import DatabaseLimits, build_engine, database_limits
+from app.memory.control import MemoryControl
 from app.memory.flags import FlagStore
 from app.memory.service import MemoryService
+from app.memory.writes import WriteLimits
 from app.settings import Settings
 
 
@@ -28,6 +31,7 @@ class Runtime:
     dev_tokens: DevTokens | None  # set only in AUTH_MODE=dev
     agents: AgentRegistry
     conversations: ConversationService
+    control: MemoryControl
 
     async def aclose(self) -> None:
         await self.agents.aclose()
@@ -45,7 +49,11 @@ def build_runtime(
     return Runtime(
         settings=settings,
         engine=engine,
-        memory=MemoryService(engine, read_timeout_seconds=settings.memory_read_timeout_seconds),
+        memory=MemoryService(
+            engine,
+            read_timeout_seconds=settings.memory_read_timeout_seconds,
+            limits=write_limits(settings),
+        ),
         flags=FlagStore(
             engine,
             default_memory=settings.memory_enabled,
@@ -57,6 +65,15 @@ def build_runtime(
         # Agents are built lazily on first use; `model_transport` lets tests script the model.
         agents=AgentRegistry(settings, model_transport=model_transport),
         conversations=ConversationService(engine),
+        control=MemoryControl(engine),
+    )
+
+
+def write_limits(settings: Settings) -> WriteLimits:
+    return WriteLimits(
+        history=settings.memory_history_limit,
+        proposals=settings.memory_proposal_limit,
+        proposal_ttl=timedelta(hours=settings.memory_proposal_ttl_hours),
     )
 
 

@@ -16,6 +16,7 @@ from app.agent.request import TurnServices
 from app.concurrency import finish_even_if_cancelled
 from app.memory.flags import FlagStatus
 from app.memory.ledger import MemoryLedger
+from app.memory.provenance import Provenance
 from app.memory.rules import MemoryValidationError, Snapshot
 from app.memory.service import CommitResult
 from app.telemetry import count_targets, memory_event
@@ -79,7 +80,11 @@ class CommitPoint:
         # report_commit() puts the memory event on this span too (memory.* attributes).
         with tracer.start_as_current_span("memory.commit"):
             task = asyncio.ensure_future(
-                memory.commit_in_worker(ctx.user_id, list(ledger.batches), ctx.cancel_event)
+                memory.commit_in_worker(
+                    ctx.user_id, list(ledger.batches), ctx.cancel_event,
+                    provenance=Provenance("turn", ctx.turn_id, ctx.conversation_id),
+                    may_propose=True,  # the user's save mode decides, inside the transaction
+                )
             )
             try:
                 result = await finish_even_if_cancelled(
@@ -108,6 +113,8 @@ class CommitPoint:
         self, ledger: MemoryLedger, finish: FinishReason, result: CommitResult, started: float
     ) -> Settled:
         outcome: CommitOutcome = "committed" if result.changed else "none"
+        if result.proposal_id is not None:
+            outcome = "proposed"  # ask before saving: stored for the user, memory unchanged
         report_commit(ledger, outcome, result.snapshot, retry_count=result.retry_count,
                       started=started)
         return self._seal(finish, outcome, result.snapshot)

@@ -10,7 +10,7 @@ from app.memory.render import MemoryStatus
 from app.memory.rules import MemoryUsage
 
 ToolOutcome = Literal["staged", "rejected", "unavailable"]
-CommitOutcome = Literal["committed", "none", "failed"]
+CommitOutcome = Literal["committed", "proposed", "none", "failed"]
 FinishReason = Literal["stop", "length", "tool_limit"]
 
 

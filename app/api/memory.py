@@ -26,6 +26,7 @@ from app.memory.rules import (
     MemoryValidationError,
     Snapshot,
 )
+from app.memory.scope import MemoryRequest
 from app.memory.service import MemoryBusyError, MemoryUnavailableError
 
 logger = structlog.get_logger(__name__)
@@ -77,6 +78,18 @@ def memory_state(snapshot: Snapshot, *, enabled: bool = True) -> MemoryState:
     )
 
 
+def require_writes(request: Request, scope: MemoryRequest) -> None:
+    """Memory changes (operations, undo, accepting a proposal) need the flag on."""
+    if not scope.writes_enabled:
+        if getattr(request.state, "memory_flag", None) == "unavailable":
+            # Fail-closed: the flag could not be read, so writes stay off; that is an outage.
+            raise ServiceUnavailable(
+                "The memory switch cannot be read right now; nothing was changed.",
+                code="memory_unavailable",
+            )
+        raise Conflict("Memory writes are switched off.", code="memory_disabled")
+
+
 def _unavailable() -> ServiceUnavailable:
     return ServiceUnavailable("Memory cannot be reached right now.", code="memory_unavailable")
 
@@ -109,14 +122,7 @@ async def read_memory(scope: MemoryScope, runtime: RuntimeDep) -> MemoryState:
 async def apply_memory_operations(
     request: Request, scope: MemoryScope, runtime: RuntimeDep
 ) -> MemoryState:
-    if not scope.writes_enabled:
-        if getattr(request.state, "memory_flag", None) == "unavailable":
-            # Fail-closed: the flag could not be read, so writes stay off; that is an outage.
-            raise ServiceUnavailable(
-                "The memory switch cannot be read right now; nothing was changed.",
-                code="memory_unavailable",
-            )
-        raise Conflict("Memory writes are switched off.", code="memory_disabled")
+    require_writes(request, scope)
     payload = json_object(await request.body())
     try:
         operations = parse_operations(payload)

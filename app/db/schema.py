@@ -99,3 +99,56 @@ conversation_messages = Table(
     Index(f"ix_{PREFIX}conversation_messages_conversation", "conversation_id", "id"),
     **MYSQL_OPTIONS,
 )
+
+# -- memory control (revision 0005): history, proposals, per-user preferences ------------------
+# History and proposals hold memory content (a copy of it): DELETE /v1/memory removes them.
+
+memory_changes = Table(
+    f"{PREFIX}memory_changes",
+    metadata,
+    # `seq` orders a user's changes; `id` is the public name (a UUID reveals no counts).
+    Column("seq", Integer, nullable=False, autoincrement=True),
+    Column("id", Identifier(ID_CHARS), nullable=False),
+    Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("turn_id", Identifier(ID_CHARS), nullable=True),
+    Column("conversation_id", Identifier(ID_CHARS), nullable=True),
+    Column("undoes", Identifier(ID_CHARS), nullable=True),
+    Column("operations", long_text(), nullable=False),  # JSON: [{target, action, before, after}]
+    Column("created_at", precise_timestamp(), nullable=False),
+    PrimaryKeyConstraint("seq", name=f"pk_{PREFIX}memory_changes"),
+    CheckConstraint(
+        "source IN ('turn', 'api', 'undo', 'proposal')", name=f"ck_{PREFIX}memory_changes_source"
+    ),
+    Index(f"ux_{PREFIX}memory_changes_id", "id", unique=True),
+    Index(f"ix_{PREFIX}memory_changes_user_seq", "user_id", "seq"),
+    **MYSQL_OPTIONS,
+)
+
+memory_proposals = Table(
+    f"{PREFIX}memory_proposals",
+    metadata,
+    Column("seq", Integer, nullable=False, autoincrement=True),
+    Column("id", Identifier(ID_CHARS), nullable=False),
+    Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("turn_id", Identifier(ID_CHARS), nullable=True),
+    Column("conversation_id", Identifier(ID_CHARS), nullable=True),
+    Column("batches", long_text(), nullable=False),  # JSON: the staged, pinned batches
+    Column("created_at", precise_timestamp(), nullable=False),
+    Column("expires_at", precise_timestamp(), nullable=False),
+    PrimaryKeyConstraint("seq", name=f"pk_{PREFIX}memory_proposals"),
+    Index(f"ux_{PREFIX}memory_proposals_id", "id", unique=True),
+    Index(f"ix_{PREFIX}memory_proposals_user_seq", "user_id", "seq"),
+    **MYSQL_OPTIONS,
+)
+
+memory_preferences = Table(
+    f"{PREFIX}memory_preferences",
+    metadata,
+    Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("save_mode", String(8), nullable=False),
+    Column("updated_at", precise_timestamp(), nullable=False),
+    PrimaryKeyConstraint("user_id", name=f"pk_{PREFIX}memory_preferences"),
+    CheckConstraint("save_mode IN ('auto', 'ask')", name=f"ck_{PREFIX}memory_preferences_mode"),
+    **MYSQL_OPTIONS,
+)

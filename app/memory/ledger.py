@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from app.memory.rules import Operation, Snapshot, apply_operations, pin, resolve_operations
+from app.memory.rules import Change, Operation, Snapshot, pin, resolve_operations
 
 Batch = tuple[Operation, ...]
 
@@ -41,6 +41,15 @@ def stage_operations(ledger: MemoryLedger, operations: Sequence[Operation]) -> S
 
 def replay(snapshot: Snapshot, batches: Sequence[Sequence[Operation]]) -> Snapshot:
     """Re-apply staged batches, in order, to a (newer) snapshot."""
+    return replay_changes(snapshot, batches)[0]
+
+
+def replay_changes(
+    snapshot: Snapshot, batches: Sequence[Sequence[Operation]]
+) -> tuple[Snapshot, tuple[Change, ...]]:
+    """`replay`, also saying what each operation did (the history records it)."""
+    changes: list[Change] = []
     for batch in batches:
-        snapshot = apply_operations(snapshot, batch)
-    return snapshot
+        snapshot, done = resolve_operations(snapshot, batch)
+        changes.extend(done)
+    return snapshot, tuple(changes)

@@ -28,6 +28,7 @@ ErrorCode = Literal[
     "match_not_found",
     "match_ambiguous",
     "stale_match",
+    "stale_undo",
     "duplicate_entry",
     "forbidden_content",
     "unsafe_content",

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from sqlalchemy import Connection, Engine
 
@@ -15,10 +16,11 @@ from app.concurrency import finish_even_if_cancelled
 from app.db.deadline import DeadlineExceededError, within
 from app.db.engine import SQLITE_IMMEDIATE
 from app.db.locking import is_retryable, is_timeout, is_unique_violation, writer_queue
-from app.memory import repository
-from app.memory.ledger import replay
-from app.memory.repository import CancelCheck, check_cancel
+from app.memory import repository, writes
+from app.memory.provenance import Provenance
+from app.memory.repository import CancelCheck
 from app.memory.rules import Operation, Snapshot, Target
+from app.memory.writes import API, WriteLimits, WriteRequest
 from app.telemetry.sensitive import register_memory, register_operations
 
 MAX_ATTEMPTS = 3
@@ -43,6 +45,8 @@ class CommitResult:
     changed: tuple[Target, ...]
     retry_count: int
     duration_ms: float
+    change_id: str | None = None  # the history entry of this change (None: nothing changed)
+    proposal_id: str | None = None  # set instead when the change was stored as a proposal
 
 
 def _never() -> bool:
@@ -58,8 +62,10 @@ class MemoryService:
         backoff_seconds: float = BACKOFF_SECONDS,
         read_timeout_seconds: float = READ_TIMEOUT_SECONDS,
         sleep: Callable[[float], None] = time.sleep,
+        limits: WriteLimits | None = None,
     ) -> None:
         self.engine = engine
+        self.limits = limits or WriteLimits()
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds
         self.read_timeout_seconds = read_timeout_seconds
@@ -101,29 +107,28 @@ class MemoryService:
         return connection.execution_options(isolation_level="SERIALIZABLE")
 
     def _commit_once(
-        self, user_id: str, batches: Batches, should_cancel: CancelCheck
-    ) -> tuple[Snapshot, tuple[Target, ...]]:
+        self, user_id: str, request: WriteRequest, should_cancel: CancelCheck
+    ) -> writes.Written:
         with (
             self._write_connection() as connection,
             writer_queue(connection, user_id),
             connection.begin(),
         ):
-            check_cancel(should_cancel, "before the query")
-            current = repository.load_snapshot(connection, user_id, lock=True)
-            register_memory(current)
-            updated = replay(current, batches)
-            check_cancel(should_cancel, "before persistence")
-            changed = repository.persist_changed_rows(connection, user_id, current, updated)
-            check_cancel(should_cancel, "before the transaction ended")
-        return updated, tuple(changed)
+            # The change and its history row (or the proposal) commit together or not at all.
+            return writes.write(connection, user_id, request, self.limits, should_cancel)
 
     def commit_operations(
         self,
         user_id: str,
         batches: Batches,
         should_cancel: CancelCheck = _never,
+        *,
+        provenance: Provenance = API,
+        proposal_id: str | None = None,
+        may_propose: bool = False,
     ) -> CommitResult:
-        """Apply staged batches to the latest stored snapshot in one serializable transaction.
+        """Apply staged batches to the latest stored snapshot in one serializable transaction,
+        recording the change in the history in the same transaction (writes.write).
 
         Only recognised deadlock/serialization failures (and the first-insert race) are
         retried, replaying the whole transaction; validation errors and unknown failures are not.
@@ -131,11 +136,12 @@ class MemoryService:
         """
         started = time.perf_counter()
         register_operations(batches)  # before any SQL: bound parameters carry this content
+        request = WriteRequest(provenance, batches, proposal_id, may_propose)
         attempt = 0
         while True:
             attempt += 1
             try:
-                updated, changed = self._commit_once(user_id, batches, should_cancel)
+                written = self._commit_once(user_id, request, should_cancel)
             except Exception as error:
                 retryable = is_retryable(error) or is_unique_violation(error)
                 if retryable and attempt < self.max_attempts and not should_cancel():
@@ -145,14 +151,23 @@ class MemoryService:
                     raise MemoryBusyError("the memory commit ran out of its time bound") from error
                 raise
             return CommitResult(
-                snapshot=updated,
-                changed=changed,
+                snapshot=written.snapshot,
+                changed=written.changed,
                 retry_count=attempt - 1,
                 duration_ms=(time.perf_counter() - started) * 1000,
+                change_id=written.change_id,
+                proposal_id=written.proposal_id,
             )
 
     async def commit_in_worker(
-        self, user_id: str, batches: Batches, cancel_event: threading.Event
+        self,
+        user_id: str,
+        batches: Batches,
+        cancel_event: threading.Event,
+        *,
+        provenance: Provenance = API,
+        proposal_id: str | None = None,
+        may_propose: bool = False,
     ) -> CommitResult:
         """Run the commit in a worker thread; cancellation reaches it through `cancel_event`.
 
@@ -162,15 +177,19 @@ class MemoryService:
         """
         return await finish_even_if_cancelled(
             asyncio.to_thread(
-                self.commit_operations, user_id, batches, should_cancel=cancel_event.is_set
+                partial(
+                    self.commit_operations, user_id, batches, cancel_event.is_set,
+                    provenance=provenance, proposal_id=proposal_id, may_propose=may_propose,
+                )
             ),
             on_cancel=cancel_event.set,
             cleanup_seconds=None,
         )
 
     def forget(self, user_id: str) -> int:
+        """Memory, its history and pending proposals, in one transaction."""
         with self.engine.connect() as connection, connection.begin():
-            return repository.delete_all(connection, user_id)
+            return writes.forget(connection, user_id)
 
     async def forget_async(self, user_id: str) -> int:
         return await asyncio.to_thread(self.forget, user_id)

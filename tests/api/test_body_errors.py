@@ -29,6 +29,7 @@ BODY_ROUTES: dict[tuple[str, str], dict[str, str]] = {
     ("POST", "/v1/eval/chat"): {"X-Eval-Key": EVAL_KEY},
     ("POST", "/v1/memory/operations"): OPERATOR,
     ("PUT", "/v1/admin/flags/{name}"): OPERATOR,
+    ("PUT", "/v1/memory/settings"): OPERATOR,
     ("POST", "/openai/v1/chat/completions"): OPERATOR,
 }
 PATH_VALUES = {"name": "memory"}

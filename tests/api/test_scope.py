@@ -83,9 +83,10 @@ class RecordingMemoryService(MemoryService):
         user_id: str,
         batches: Sequence[Sequence[Operation]],
         should_cancel: CancelCheck = lambda: False,
+        **kwargs: Any,
     ) -> CommitResult:
         self.owners.append(("commit", user_id))
-        return super().commit_operations(user_id, batches, should_cancel)
+        return super().commit_operations(user_id, batches, should_cancel, **kwargs)
 
     def forget(self, user_id: str) -> int:
         self.owners.append(("forget", user_id))

@@ -25,6 +25,23 @@ ID_COLUMNS = {
     ("amem_conversations", "user_id"): 128,
     ("amem_conversation_messages", "conversation_id"): 36,
     ("amem_conversation_messages", "turn_id"): 36,
+    ("amem_memory_changes", "id"): 36,
+    ("amem_memory_changes", "user_id"): 128,
+    ("amem_memory_changes", "turn_id"): 36,
+    ("amem_memory_changes", "conversation_id"): 36,
+    ("amem_memory_changes", "undoes"): 36,
+    ("amem_memory_proposals", "id"): 36,
+    ("amem_memory_proposals", "user_id"): 128,
+    ("amem_memory_proposals", "turn_id"): 36,
+    ("amem_memory_proposals", "conversation_id"): 36,
+    ("amem_memory_preferences", "user_id"): 128,
+}
+# Ids that may be absent: who set a flag, and a change's or proposal's turn, conversation, undo.
+NULLABLE_IDS = {
+    ("amem_feature_flags", "updated_by"),
+    *((table, column) for table in ("amem_memory_changes", "amem_memory_proposals")
+      for column in ("turn_id", "conversation_id")),
+    ("amem_memory_changes", "undoes"),
 }
 
 
@@ -79,7 +96,7 @@ def test_ids_compile_to_exact_types(dialect: Dialect, expected: str) -> None:
             expected.format(n=length, n4=length * 4),
             column_ddl(dialect, table, column),
         )
-        if column == "updated_by":  # the one nullable id (SQL Server spells out NULL)
+        if (table, column) in NULLABLE_IDS:  # SQL Server spells out NULL
             wanted, actual = wanted.removesuffix(" NOT NULL"), actual.removesuffix(" NULL")
         assert actual == wanted, (table, column)
 

@@ -30,6 +30,7 @@ from tests.support.databases import mariadb_database, postgres_database
 from tests.support.memory_db import add
 
 PREVIOUS = "0003"  # the last revision before the namespaced schema
+NAMESPACED = "0004"  # the namespaced, exact schema this file is about
 
 
 def is_at_head(engine: Engine) -> bool:
@@ -271,17 +272,21 @@ def test_rows_the_old_collation_merged_stay_one_row_owned_by_its_stored_spelling
 @pytest.mark.mariadb
 def test_the_way_back_refuses_to_merge_users_and_changes_nothing(mariadb_fresh: Engine) -> None:
     """With `alice` and `ALICE` both holding memory, downgrading below 0004 would fold them
-    into one key: it fails with a clear reason before any change, and the schema stays at head
-    with both users' rows."""
+    into one key: it fails with a clear reason before any change, and the schema stays at 0004
+    with both users' rows. (Later revisions are stepped down first: their downgrades run
+    before 0004's check, and cannot know how far the downgrade will go.)"""
     engine = mariadb_fresh
     upgrade(engine)
     service = MemoryService(engine)
     service.commit_operations("alice", add("user", "Fact of alice."))
     service.commit_operations("ALICE", add("user", "Fact of ALICE."))
+    migrate(engine, NAMESPACED, down=True)
+    at_namespaced = tables(engine)
     with pytest.raises(RuntimeError, match="differ only in case, accents or trailing spaces"):
         migrate(engine, PREVIOUS, down=True)
-    assert is_at_head(engine)
-    assert tables(engine) == set(metadata.tables) | {VERSION_TABLE}
+    assert current_revision(engine) == NAMESPACED
+    assert tables(engine) == at_namespaced
+    assert {"agent_memory", VERSION_TABLE} <= at_namespaced
     assert service.read("alice").user == ("Fact of alice.",)
     assert service.read("ALICE").user == ("Fact of ALICE.",)
 
@@ -296,9 +301,10 @@ def test_the_way_back_refuses_to_truncate_long_messages(mariadb_fresh: Engine) -
     with engine.begin() as connection:
         conversations.create(connection, CONVERSATION, "alice", "Long")
         conversations.add_message(connection, CONVERSATION, "t", "user", long_message, "complete")
+    migrate(engine, NAMESPACED, down=True)  # later revisions first (see the test above)
     with pytest.raises(RuntimeError, match="longer than the previous schema's TEXT"):
         migrate(engine, PREVIOUS, down=True)
-    assert is_at_head(engine)
+    assert current_revision(engine) == NAMESPACED
     with engine.connect() as connection:
         stored = conversations.messages(connection, CONVERSATION)
     assert [m.content for m in stored] == [long_message]

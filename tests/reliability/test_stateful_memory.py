@@ -282,9 +282,11 @@ class MemoryMachine(RuleBasedStateMachine):
     @invariant()
     def storage_equals_the_model(self) -> None:
         assert as_state(self.service.read(self.user)) == self.stored
+        # Characters, not bytes: MariaDB's LENGTH counts bytes (the delimiter's § is two).
+        length = func.length if self.engine.dialect.name == "sqlite" else func.char_length
         with self.engine.connect() as connection:
             rows = connection.execute(
-                select(agent_memory.c.memory_type, func.length(agent_memory.c.content))
+                select(agent_memory.c.memory_type, length(agent_memory.c.content))
                 .where(agent_memory.c.user_id == self.user)
             ).all()
         # An emptied document has no row; a stored document is never longer than its limit.

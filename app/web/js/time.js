@@ -58,3 +58,17 @@ export function timeElement(value, now = new Date()) {
   element.title = fullWhen(date);
   return element;
 }
+
+const relativeFormat = new Intl.RelativeTimeFormat(undefined, { numeric: "auto" });
+const STEPS = [["year", 31_536_000], ["month", 2_592_000], ["week", 604_800], ["day", 86_400],
+  ["hour", 3_600], ["minute", 60]];
+
+// "2 minutes ago", "yesterday", "just now": how long ago `date` was.
+export function relativeWhen(date, now = new Date()) {
+  const seconds = Math.round((now - date) / 1000);
+  if (seconds < 45) return "just now";
+  for (const [unit, size] of STEPS) {
+    if (seconds >= size) return relativeFormat.format(-Math.round(seconds / size), unit);
+  }
+  return relativeFormat.format(-1, "minute");
+}

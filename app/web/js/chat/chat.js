@@ -78,6 +78,8 @@ export class Chat {
         this.memory.setStatus(status);
       },
       onError: (text) => this.notice.show(text, "error"),
+      // A proposal waits for the person: its card shows at once, while the answer streams on.
+      onMemory: (event) => { if (event.outcome === "proposed") this.memory.proposalsChanged(); },
     });
     this.turn = turn;
     const before = this.memory.turnStarted();

@@ -23,14 +23,15 @@ const TOOL_CHIPS = {
 };
 
 export class Turn {
-  // onStart(conversationId, memoryStatus) and onError(text) are the chat's.
-  constructor({ client, message, conversationId, answer, onStart, onError }) {
+  // onStart(conversationId, memoryStatus), onError(text) and onMemory(event) are the chat's.
+  constructor({ client, message, conversationId, answer, onStart, onError, onMemory = () => {} }) {
     this.client = client;
     this.message = message;
     this.conversationId = conversationId;
     this.answer = answer;
     this.onStart = onStart;
     this.onError = onError;
+    this.onMemory = onMemory;
     this.controller = new AbortController();
     this.stopped = false;
     this.failed = false;
@@ -98,6 +99,7 @@ export class Turn {
       }
       case "memory":
         this.memory = data;
+        this.onMemory(data);
         break;
       case "done":
         this.done = true;

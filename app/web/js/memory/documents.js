@@ -9,9 +9,11 @@ const TITLES = { user: "About you", memory: "Agent notes" };
 
 export class DocumentsSection {
   // apply(operations) -> Promise<boolean>: true when the API accepted the batch.
-  constructor({ root, apply }) {
+  // originOf(target, entry) -> string: where the entry came from ("" when not known).
+  constructor({ root, apply, originOf = () => "" }) {
     this.root = root;
     this.apply = apply;
+    this.originOf = originOf;
     this.editors = 0;
     for (const form of root.querySelectorAll(".add-entry")) {
       form.addEventListener("submit", (event) => this.onAdd(event));
@@ -44,9 +46,21 @@ export class DocumentsSection {
       iconName: "edit", iconOnly: true, label: `Edit: ${entry}` });
     const remove = button("Remove", () => this.apply([{ target, action: "remove", match: entry }]), {
       iconName: "trash", iconOnly: true, label: `Remove: ${entry}` });
-    item.append(el("p", { className: "entry-text", text: entry }),
-      el("div", { className: "entry-actions" }, [edit, remove]));
+    const origin = el("p", { className: "entry-origin muted small", text: this.originOf(target, entry) });
+    origin.dataset.target = target;
+    origin.dataset.entry = entry;
+    const body = el("div", { className: "entry-body" },
+      [el("p", { className: "entry-text", text: entry }), origin]);
+    item.append(body, el("div", { className: "entry-actions" }, [edit, remove]));
     return item;
+  }
+
+  // The history arrived or changed: only the origin lines are rewritten, never the entries
+  // (an editor opened meanwhile stays as it is).
+  updateOrigins() {
+    for (const origin of this.root.querySelectorAll(".entry-origin")) {
+      origin.textContent = this.originOf(origin.dataset.target, origin.dataset.entry);
+    }
   }
 
   startEdit(item, target, entry) {

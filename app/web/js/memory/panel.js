@@ -1,16 +1,20 @@
 // The memory panel: what the assistant remembers about the signed-in person, and their controls.
 //
-// The panel is a stack of sections, each its own module with `render(state)` and `reset()`:
-// today the documents and the manage section (Forget everything). Pending proposals
-// (Accept/Reject), history with Undo, the save-mode setting and Export join the same list.
-// Every change is rendered from the API's answer, once; the panel never guesses the state.
+// The panel is a stack of sections, each its own module with `render(...)` and `reset()`: the
+// documents (each entry with its origin), pending proposals (Accept/Reject), the history with
+// Undo, and the manage section (save mode, Export, Forget everything). Every change is rendered
+// from the API's answer, once; the panel never guesses the state.
 
 import { ApiError, describe, fetchInfo, isSessionEnd } from "../api.js";
 import { confirmAction } from "../dialog.js";
 import { $, focusQuietly } from "../dom.js";
 import { Notice } from "../notice.js";
 import { DocumentsSection } from "./documents.js";
+import { HistorySection } from "./history.js";
+import { ManageSection } from "./manage.js";
 import { editOutcome, turnOutcome } from "./model.js";
+import { originOf, originsOf, originText } from "./origins.js";
+import { ProposalsSection } from "./proposals.js";
 
 const STATE_TEXT = {
   disabled: "Memory is switched off by the operator. Saved entries are kept and you can still "
@@ -18,15 +22,17 @@ const STATE_TEXT = {
   unavailable: "Memory is unavailable right now: the assistant answers without it and nothing is saved.",
 };
 
-class ManageSection {
-  constructor({ root, forget }) {
-    this.root = root;
-    $("forget").addEventListener("click", forget);
-  }
+const HISTORY_PAGE = 50;
+const NO_EXTRAS = { changes: [], next: null, proposals: [], saveMode: null, titles: new Map() };
 
-  render() {}
+const CONFLICTS = {
+  stale_undo: "Cannot undo: that entry has changed since. Nothing was changed.",
+  stale_match: "Not saved: memory has changed since this was proposed. You can reject it.",
+};
 
-  reset() {}
+function exportName(response) {
+  const match = /filename="([^"]+)"/.exec(response.headers.get("content-disposition") || "");
+  return match ? match[1] : "memory-export.json";
 }
 
 export class MemoryPanel {
@@ -37,12 +43,19 @@ export class MemoryPanel {
     this.client = null;
     this.state = null; // the last state the API answered
     this.status = null; // "available" | "disabled" | "unavailable"
-    this.sections = [
-      new DocumentsSection({ root: root.querySelector("[data-section=documents]"),
-        apply: (operations) => this.apply(operations) }),
-      new ManageSection({ root: root.querySelector("[data-section=manage]"),
-        forget: () => this.forget() }),
-    ];
+    this.extras = NO_EXTRAS; // history, proposals, save mode and conversation titles
+    this.origins = new Map();
+    this.documents = new DocumentsSection({ root: root.querySelector("[data-section=documents]"),
+      apply: (operations) => this.apply(operations),
+      originOf: (target, entry) => this.originOf(target, entry) });
+    this.proposals = new ProposalsSection({ root: root.querySelector("[data-section=proposals]"),
+      decide: (proposal, action) => this.decide(proposal, action) });
+    this.history = new HistorySection({ root: root.querySelector("[data-section=history]"),
+      undo: (change) => this.undo(change), more: () => this.loadExtras({ more: true }) });
+    this.manage = new ManageSection({ root: root.querySelector("[data-section=manage]"),
+      setSaveMode: (mode) => this.setSaveMode(mode), exportAll: () => this.exportAll(),
+      forget: () => this.forget() });
+    this.sections = [this.documents, this.proposals, this.history, this.manage];
     $("memory-refresh").addEventListener("click", () => this.load());
   }
 
@@ -60,7 +73,126 @@ export class MemoryPanel {
 
   show(state) {
     this.state = state;
-    for (const section of this.sections) section.render(state);
+    this.documents.render(state);
+  }
+
+  originOf(target, entry) {
+    const change = originOf(this.origins, target, entry);
+    return change ? originText(change, this.extras.titles) : "";
+  }
+
+  showExtras() {
+    this.origins = originsOf(this.extras.changes);
+    this.documents.updateOrigins();
+    this.proposals.render(this.extras);
+    this.history.render(this.extras);
+    this.manage.render(this.extras);
+  }
+
+  // History (a page, or the next one), proposals, the save mode and conversation titles: what
+  // the panel shows beside the documents. A failure here leaves the documents as they are.
+  async loadExtras({ more = false } = {}) {
+    const client = this.client;
+    if (!client) return;
+    const before = more && this.extras.next ? `&before=${encodeURIComponent(this.extras.next)}` : "";
+    try {
+      const [history, proposals, settings, conversations] = await Promise.all([
+        client.request(`/v1/memory/history?limit=${HISTORY_PAGE}${before}`),
+        client.request("/v1/memory/proposals"),
+        client.request("/v1/memory/settings"),
+        client.request("/v1/conversations"),
+      ]);
+      if (client !== this.client) return;
+      this.extras = {
+        changes: more ? [...this.extras.changes, ...history.changes] : history.changes,
+        next: history.next,
+        proposals: proposals.proposals,
+        saveMode: settings.save_mode,
+        titles: new Map(conversations.conversations.map((c) => [c.id, c.title])),
+      };
+      this.showExtras();
+    } catch (error) {
+      if (!isSessionEnd(error)) this.notice.show(`Could not load the history: ${describe(error)}`, "error");
+    }
+  }
+
+  // A change the API refused: one message, and the switched-off state when that is why.
+  refused(error, what) {
+    if (isSessionEnd(error)) return;
+    if (error instanceof ApiError && error.code === "memory_disabled") {
+      this.setStatus("disabled");
+      this.notice.show("Memory is switched off: changes cannot be saved right now.", "error");
+    } else if (error instanceof ApiError && CONFLICTS[error.code]) {
+      this.notice.show(CONFLICTS[error.code], "error");
+    } else {
+      this.notice.show(`${what}: ${describe(error)}`, "error");
+    }
+  }
+
+  async undo(change) {
+    const before = this.state;
+    try {
+      const after = await this.client.request(`/v1/memory/history/${encodeURIComponent(change.id)}/undo`,
+        { method: "POST" });
+      this.show(after);
+      const { text, kind } = editOutcome(before, after);
+      await this.loadExtras();
+      this.notice.show(text.replace(/^Saved:/, "Undone:"), kind);
+    } catch (error) {
+      this.refused(error, "Not undone");
+      await this.loadExtras();
+    }
+  }
+
+  async decide(proposal, action) {
+    const before = this.state;
+    const path = `/v1/memory/proposals/${encodeURIComponent(proposal.id)}/${action}`;
+    try {
+      const after = await this.client.request(path, { method: "POST" });
+      if (after) this.show(after);
+      await this.loadExtras();
+      if (action === "reject") this.notice.show("Proposal rejected: nothing was saved.", "info");
+      else this.notice.show(editOutcome(before, after).text, "success");
+    } catch (error) {
+      this.refused(error, action === "accept" ? "Not saved" : "Not rejected");
+      await this.loadExtras();
+    }
+  }
+
+  async setSaveMode(mode) {
+    try {
+      const settings = await this.client.request("/v1/memory/settings",
+        { method: "PUT", body: { save_mode: mode } });
+      this.extras = { ...this.extras, saveMode: settings.save_mode };
+      this.notice.show(settings.save_mode === "ask"
+        ? "The assistant will ask before saving anything."
+        : "The assistant saves what it learns as it goes.", "success");
+    } catch (error) {
+      if (!isSessionEnd(error)) this.notice.show(`Not changed: ${describe(error)}`, "error");
+    }
+    this.manage.render(this.extras);
+  }
+
+  async exportAll() {
+    try {
+      const response = await this.client.fetch("/v1/memory/export");
+      const url = URL.createObjectURL(await response.blob());
+      const link = document.createElement("a");
+      link.href = url;
+      link.download = exportName(response);
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60_000);
+      this.notice.show("Export downloaded: your memory, its history and your conversations.", "success");
+    } catch (error) {
+      if (!isSessionEnd(error)) this.notice.show(`Could not export: ${describe(error)}`, "error");
+    }
+  }
+
+  // A turn's memory event said `proposed`: show the new card now, not after the answer.
+  proposalsChanged() {
+    return this.loadExtras();
   }
 
   // Reads memory (and the flag: reading works while it is off, so the state alone may not say).
@@ -70,6 +202,7 @@ export class MemoryPanel {
       const disabled = state.status === "disabled" || info.memory_enabled === false;
       this.show(state);
       this.setStatus(disabled ? "disabled" : "available");
+      await this.loadExtras();
       return state;
     } catch (error) {
       if (isSessionEnd(error)) return null;
@@ -94,6 +227,7 @@ export class MemoryPanel {
       this.show(after);
       this.setStatus("available");
       const { text, kind } = editOutcome(before, after);
+      await this.loadExtras(); // the new change's history entry, and the entry's origin
       this.notice.show(text, kind);
       return true;
     } catch (error) {
@@ -113,7 +247,8 @@ export class MemoryPanel {
   async forget() {
     const confirmed = await confirmAction({
       title: "Forget everything?",
-      text: "Both memory documents are deleted for good. Conversations are kept.",
+      text: "Both memory documents, their history and pending proposals are deleted for good. "
+        + "Conversations and your save setting are kept.",
       confirm: "Forget everything",
     });
     if (!confirmed) return;
@@ -148,6 +283,8 @@ export class MemoryPanel {
   reset() {
     this.client = null;
     this.state = null;
+    this.extras = NO_EXTRAS;
+    this.origins = new Map();
     this.notice.clear();
     for (const section of this.sections) section.reset();
     this.setStatus(null);

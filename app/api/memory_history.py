@@ -1,0 +1,158 @@
+"""The caller's memory history, undo and export. Every route takes its owner from the verified
+token; another user's change id answers 404 exactly like an unknown one."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from app.api.deps import MemoryScope, RuntimeDep
+from app.api.errors import error_responses
+from app.api.memory import MemoryState, memory_state, require_writes
+from app.api.memory_commit import commit_change, is_issued_id
+from app.api.timestamps import iso_utc
+from app.errors import NotFound, ServiceUnavailable, Unprocessable
+from app.memory.provenance import HistoryEntry, Proposal, Provenance, change_view, operation_view
+
+logger = structlog.get_logger(__name__)
+
+router = APIRouter(prefix="/v1/memory", tags=["memory"])
+
+MAX_PAGE = 200
+
+
+def history_view(entry: HistoryEntry) -> dict[str, Any]:
+    provenance = entry.provenance
+    view: dict[str, Any] = {
+        "id": entry.id,
+        "created_at": iso_utc(entry.created_at),
+        "source": provenance.source,
+    }
+    for key in ("turn_id", "conversation_id", "undoes"):
+        value = getattr(provenance, key)
+        if value is not None:
+            view[key] = value
+    view["operations"] = [change_view(change) for change in entry.changes]
+    return view
+
+
+def proposal_view(proposal: Proposal) -> dict[str, Any]:
+    return {
+        "id": proposal.id,
+        "created_at": iso_utc(proposal.created_at),
+        "expires_at": iso_utc(proposal.expires_at),
+        "turn_id": proposal.turn_id,
+        "conversation_id": proposal.conversation_id,
+        "operations": [operation_view(operation) for operation in proposal.operations],
+    }
+
+
+def _unavailable() -> ServiceUnavailable:
+    return ServiceUnavailable("Memory cannot be reached right now.", code="memory_unavailable")
+
+
+@router.get(
+    "/history",
+    summary="The caller's memory changes, newest first",
+    responses=error_responses(401, 422, 503),
+)
+async def read_history(
+    scope: MemoryScope,
+    runtime: RuntimeDep,
+    limit: int = Query(50, ge=1, le=MAX_PAGE),
+    before: str | None = Query(None, max_length=64),
+) -> dict[str, Any]:
+    if before is not None and not is_issued_id(before):
+        raise Unprocessable("before must be the id of one of your changes.", code="invalid_cursor")
+    try:
+        # One more than asked: whether there is a next page, without a second query.
+        entries = await runtime.control.history(scope.user_id, limit=limit + 1, before=before)
+    except Exception as error:
+        logger.warning("memory.history_failed", error=type(error).__name__)
+        raise _unavailable() from None
+    if entries is None:
+        raise Unprocessable("before must be the id of one of your changes.", code="invalid_cursor")
+    page = entries[:limit]
+    more = len(entries) > limit
+    return {
+        "changes": [history_view(entry) for entry in page],
+        "next": page[-1].id if more and page else None,
+    }
+
+
+@router.post(
+    "/history/{change_id}/undo",
+    response_model=MemoryState,
+    summary="Apply the inverse of one change, as a new change",
+    responses=error_responses(401, 404, 409, 422, 503),
+)
+async def undo_change(
+    change_id: str, request: Request, scope: MemoryScope, runtime: RuntimeDep
+) -> MemoryState:
+    require_writes(request, scope)
+    if not is_issued_id(change_id):
+        raise NotFound("No such change.")
+    result = await commit_change(
+        runtime,
+        scope.user_id,
+        provenance=Provenance("undo", undoes=change_id),
+        missing="No such change.",
+    )
+    return memory_state(result.snapshot)
+
+
+@router.get(
+    "/export",
+    summary="Everything kept about the caller, as one JSON download",
+    responses=error_responses(401, 503),
+)
+async def export_memory(scope: MemoryScope, runtime: RuntimeDep) -> JSONResponse:
+    try:
+        export = await runtime.control.export(scope.user_id)
+        save_mode = await runtime.control.save_mode(scope.user_id)
+    except Exception as error:
+        logger.warning("memory.export_failed", error=type(error).__name__)
+        raise _unavailable() from None
+    exported_at = datetime.now(UTC)
+    body = {
+        "exported_at": iso_utc(exported_at),
+        "subject": scope.user_id,
+        "memory": memory_state(export.snapshot, enabled=scope.writes_enabled).model_dump(),
+        "settings": {"save_mode": save_mode},
+        "history": [history_view(entry) for entry in export.history],
+        "proposals": [proposal_view(proposal) for proposal in export.proposals],
+        "conversations": [
+            {
+                "id": conversation.id,
+                "title": conversation.title,
+                "created_at": iso_utc(conversation.created_at),
+                "updated_at": iso_utc(conversation.updated_at),
+                "messages": [
+                    {
+                        "role": message.role,
+                        "content": message.content,
+                        "status": message.status,
+                        "turn_id": message.turn_id,
+                        "created_at": iso_utc(message.created_at),
+                    }
+                    for message in messages
+                ],
+            }
+            for conversation, messages in export.conversations
+        ],
+    }
+    logger.info(
+        "memory.exported", changes=len(export.history), conversations=len(export.conversations)
+    )
+    stamp = exported_at.strftime("%Y%m%dT%H%M%SZ")
+    return JSONResponse(
+        body,
+        headers={
+            "Content-Disposition": f'attachment; filename="memory-export-{stamp}.json"',
+            "Cache-Control": "no-store",
+        },
+    )

@@ -1,0 +1,116 @@
+"""Ask before saving: the caller's save mode and pending proposals, accepted through the memory
+write path or rejected. Another user's proposal id answers 404 exactly like an unknown one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict
+
+from app.api.deps import MemoryScope, RuntimeDep
+from app.api.errors import error_responses
+from app.api.memory import MemoryState, memory_state, require_writes
+from app.api.memory_commit import commit_change, is_issued_id
+from app.api.memory_history import proposal_view
+from app.errors import NotFound, ServiceUnavailable
+from app.memory.provenance import Provenance, SaveMode
+
+logger = structlog.get_logger(__name__)
+
+router = APIRouter(prefix="/v1/memory", tags=["memory"])
+
+NO_PROPOSAL = "No such proposal (it may have expired)."
+
+
+class MemorySettings(BaseModel):
+    """`auto`: the assistant saves as it goes. `ask`: it proposes, the user decides."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    save_mode: SaveMode
+
+
+def _unavailable() -> ServiceUnavailable:
+    return ServiceUnavailable("Memory cannot be reached right now.", code="memory_unavailable")
+
+
+@router.get("/settings", response_model=MemorySettings, responses=error_responses(401, 503))
+async def read_settings(scope: MemoryScope, runtime: RuntimeDep) -> MemorySettings:
+    try:
+        return MemorySettings(save_mode=await runtime.control.save_mode(scope.user_id))
+    except Exception as error:
+        logger.warning("memory.settings_failed", error=type(error).__name__)
+        raise _unavailable() from None
+
+
+@router.put(
+    "/settings", response_model=MemorySettings, responses=error_responses(401, 400, 413, 422, 503)
+)
+async def write_settings(
+    body: MemorySettings, scope: MemoryScope, runtime: RuntimeDep
+) -> MemorySettings:
+    # A preference, not memory: it can be changed while the memory flag is off.
+    try:
+        await runtime.control.set_save_mode(scope.user_id, body.save_mode)
+    except Exception as error:
+        logger.warning("memory.settings_failed", error=type(error).__name__)
+        raise _unavailable() from None
+    logger.info("memory.settings_changed", save_mode=body.save_mode)
+    return body
+
+
+@router.get(
+    "/proposals", summary="Pending proposals, newest first", responses=error_responses(401, 503)
+)
+async def read_proposals(scope: MemoryScope, runtime: RuntimeDep) -> dict[str, Any]:
+    try:
+        pending = await runtime.control.pending(scope.user_id)
+    except Exception as error:
+        logger.warning("memory.proposals_failed", error=type(error).__name__)
+        raise _unavailable() from None
+    return {"proposals": [proposal_view(proposal) for proposal in pending]}
+
+
+@router.post(
+    "/proposals/{proposal_id}/accept",
+    response_model=MemoryState,
+    summary="Apply a proposal like a staged batch",
+    responses=error_responses(401, 404, 409, 422, 503),
+)
+async def accept_proposal(
+    proposal_id: str, request: Request, scope: MemoryScope, runtime: RuntimeDep
+) -> MemoryState:
+    require_writes(request, scope)
+    if not is_issued_id(proposal_id):
+        raise NotFound(NO_PROPOSAL)
+    # The history entry keeps the proposal's turn and conversation (writes.resolve).
+    result = await commit_change(
+        runtime,
+        scope.user_id,
+        provenance=Provenance("proposal"),
+        proposal_id=proposal_id,
+        missing=NO_PROPOSAL,
+    )
+    return memory_state(result.snapshot)
+
+
+@router.post(
+    "/proposals/{proposal_id}/reject",
+    status_code=204,
+    response_class=Response,
+    responses=error_responses(401, 404, 503),
+)
+async def reject_proposal(proposal_id: str, scope: MemoryScope, runtime: RuntimeDep) -> Response:
+    if not is_issued_id(proposal_id):
+        raise NotFound(NO_PROPOSAL)
+    try:
+        removed = await runtime.control.reject(scope.user_id, proposal_id)
+    except Exception as error:
+        logger.warning("memory.proposals_failed", error=type(error).__name__)
+        raise _unavailable() from None
+    if not removed:
+        raise NotFound(NO_PROPOSAL)
+    logger.info("memory.proposal_rejected")
+    return Response(status_code=204)

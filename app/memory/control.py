@@ -1,0 +1,127 @@
+"""What a person uses to see and steer what is remembered, beyond the memory itself: the
+history, the save mode, pending proposals and a full export. Reads and the small writes that
+touch no memory (the save mode, rejecting a proposal) live here; every memory change (undo,
+accept) goes through MemoryService's one write path. Errors propagate: the routes answer them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from app.conversations import repository as transcripts
+from app.conversations.repository import Conversation, StoredMessage
+from app.db.locking import is_unique_violation
+from app.memory import history, proposals, repository
+from app.memory.provenance import (
+    HistoryEntry,
+    Proposal,
+    SaveMode,
+    entry_strings,
+    proposal_strings,
+)
+from app.memory.rules import Snapshot
+from app.telemetry.sensitive import register_memory, register_sensitive
+
+
+@dataclass(frozen=True)
+class Export:
+    """Everything the service keeps about one subject."""
+
+    snapshot: Snapshot
+    history: list[HistoryEntry]
+    proposals: list[Proposal]
+    conversations: list[tuple[Conversation, list[StoredMessage]]]
+
+
+def _registered_entries(entries: list[HistoryEntry]) -> list[HistoryEntry]:
+    for entry in entries:
+        register_sensitive(*entry_strings(entry))
+    return entries
+
+
+def _registered_proposals(pending: list[Proposal]) -> list[Proposal]:
+    for proposal in pending:
+        register_sensitive(*proposal_strings(proposal))
+    return pending
+
+
+class MemoryControl:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # -- history --------------------------------------------------------------------------
+
+    def _history(self, user_id: str, limit: int, before: str | None) -> list[HistoryEntry] | None:
+        with self.engine.connect() as connection:
+            entries = history.page(connection, user_id, limit=limit, before=before)
+        return None if entries is None else _registered_entries(entries)
+
+    async def history(
+        self, user_id: str, *, limit: int, before: str | None = None
+    ) -> list[HistoryEntry] | None:
+        """Newest first; None when `before` names no change of this user's."""
+        return await asyncio.to_thread(self._history, user_id, limit, before)
+
+    # -- save mode ------------------------------------------------------------------------
+
+    def _save_mode(self, user_id: str) -> SaveMode:
+        with self.engine.connect() as connection:
+            return proposals.save_mode(connection, user_id)
+
+    async def save_mode(self, user_id: str) -> SaveMode:
+        return await asyncio.to_thread(self._save_mode, user_id)
+
+    def _set_save_mode(self, user_id: str, mode: SaveMode) -> None:
+        for attempt in range(2):
+            try:
+                with self.engine.begin() as connection:
+                    proposals.set_save_mode(connection, user_id, mode)
+                return
+            except Exception as error:
+                if attempt or not is_unique_violation(error):  # two first writes raced
+                    raise
+
+    async def set_save_mode(self, user_id: str, mode: SaveMode) -> None:
+        await asyncio.to_thread(self._set_save_mode, user_id, mode)
+
+    # -- proposals ------------------------------------------------------------------------
+
+    def _pending(self, user_id: str) -> list[Proposal]:
+        with self.engine.connect() as connection:
+            return _registered_proposals(proposals.pending(connection, user_id))
+
+    async def pending(self, user_id: str) -> list[Proposal]:
+        return await asyncio.to_thread(self._pending, user_id)
+
+    def _reject(self, user_id: str, proposal_id: str) -> bool:
+        with self.engine.begin() as connection:
+            return proposals.remove(connection, user_id, proposal_id)
+
+    async def reject(self, user_id: str, proposal_id: str) -> bool:
+        """Delete the proposal; False when it is not the caller's (or does not exist)."""
+        return await asyncio.to_thread(self._reject, user_id, proposal_id)
+
+    # -- export ---------------------------------------------------------------------------
+
+    def _export(self, user_id: str) -> Export:
+        with self.engine.connect() as connection:
+            snapshot = repository.load_snapshot(connection, user_id)
+            register_memory(snapshot)
+            entries = history.page(connection, user_id, limit=None) or []
+            pending = proposals.pending(connection, user_id)
+            conversations = [
+                (conversation, transcripts.messages(connection, conversation.id))
+                for conversation in transcripts.list_for_user(connection, user_id)
+            ]
+            connection.rollback()
+        for _conversation, messages in conversations:
+            register_sensitive(*(message.content for message in messages))
+        return Export(
+            snapshot, _registered_entries(entries), _registered_proposals(pending), conversations
+        )
+
+    async def export(self, user_id: str) -> Export:
+        return await asyncio.to_thread(self._export, user_id)

@@ -1,0 +1,126 @@
+"""Storage of the memory history: one row per committed change, bounded per user. Functions
+take a connection and never commit: the caller owns the transaction (a change and its history
+row are written in the same one)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, insert, select
+
+from app.db.schema import memory_changes
+from app.memory.provenance import HistoryEntry, Provenance, changes_from_json, changes_to_json
+from app.memory.rules import Change
+
+_COLUMNS = (
+    memory_changes.c.id,
+    memory_changes.c.created_at,
+    memory_changes.c.source,
+    memory_changes.c.turn_id,
+    memory_changes.c.conversation_id,
+    memory_changes.c.undoes,
+    memory_changes.c.operations,
+)
+
+
+def now() -> datetime:
+    """Naive UTC with microseconds, as every application-written timestamp is stored."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _entry(row: Any) -> HistoryEntry:
+    return HistoryEntry(
+        id=row.id,
+        created_at=row.created_at,
+        provenance=Provenance(row.source, row.turn_id, row.conversation_id, row.undoes),
+        changes=changes_from_json(row.operations),
+    )
+
+
+def record(
+    connection: Connection, user_id: str, provenance: Provenance, changes: Sequence[Change]
+) -> str:
+    """One history row for a committed change; only operations that changed something."""
+    change_id = str(uuid.uuid4())
+    connection.execute(
+        insert(memory_changes).values(
+            id=change_id,
+            user_id=user_id,
+            source=provenance.source,
+            turn_id=provenance.turn_id,
+            conversation_id=provenance.conversation_id,
+            undoes=provenance.undoes,
+            operations=changes_to_json([change for change in changes if change.changed]),
+            created_at=now(),
+        )
+    )
+    return change_id
+
+
+def trim(connection: Connection, user_id: str, keep: int) -> int:
+    """Drop the user's oldest entries beyond `keep` (two statements: MariaDB refuses a DELETE
+    whose subquery reads the same table)."""
+    cutoff = connection.execute(
+        select(memory_changes.c.seq)
+        .where(memory_changes.c.user_id == user_id)
+        .order_by(memory_changes.c.seq.desc())
+        .limit(1)
+        .offset(keep)
+    ).scalar()
+    if cutoff is None:
+        return 0
+    result = connection.execute(
+        delete(memory_changes).where(
+            memory_changes.c.user_id == user_id, memory_changes.c.seq <= cutoff
+        )
+    )
+    return result.rowcount or 0
+
+
+def get(connection: Connection, user_id: str, change_id: str) -> HistoryEntry | None:
+    """The entry only when `user_id` owns it: another user's id reads as absent."""
+    row = connection.execute(
+        select(*_COLUMNS).where(
+            memory_changes.c.id == change_id, memory_changes.c.user_id == user_id
+        )
+    ).first()
+    return _entry(row) if row is not None else None
+
+
+def was_undone(connection: Connection, user_id: str, change_id: str) -> bool:
+    return (
+        connection.execute(
+            select(memory_changes.c.seq).where(
+                memory_changes.c.user_id == user_id, memory_changes.c.undoes == change_id
+            )
+        ).first()
+        is not None
+    )
+
+
+def page(
+    connection: Connection, user_id: str, *, limit: int | None, before: str | None = None
+) -> list[HistoryEntry] | None:
+    """The user's entries, newest first; `before` is an entry id (None when it is not theirs)."""
+    query = select(*_COLUMNS).where(memory_changes.c.user_id == user_id)
+    if before is not None:
+        cursor = connection.execute(
+            select(memory_changes.c.seq).where(
+                memory_changes.c.id == before, memory_changes.c.user_id == user_id
+            )
+        ).scalar()
+        if cursor is None:
+            return None
+        query = query.where(memory_changes.c.seq < cursor)
+    query = query.order_by(memory_changes.c.seq.desc())
+    if limit is not None:
+        query = query.limit(limit)
+    return [_entry(row) for row in connection.execute(query).all()]
+
+
+def delete_all(connection: Connection, user_id: str) -> int:
+    result = connection.execute(delete(memory_changes).where(memory_changes.c.user_id == user_id))
+    return result.rowcount or 0

@@ -1,0 +1,137 @@
+"""Storage of ask-before-saving: each user's save mode and their pending proposals (a turn's
+staged batches, kept for the user to accept or reject). Functions take a connection and never
+commit; expired proposals read as absent and are deleted whenever a proposal is written."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, delete, insert, select, update
+
+from app.db.schema import memory_preferences, memory_proposals
+from app.memory.history import now
+from app.memory.provenance import Batches, Proposal, SaveMode, batches_from_json, batches_to_json
+
+_COLUMNS = (
+    memory_proposals.c.id,
+    memory_proposals.c.created_at,
+    memory_proposals.c.expires_at,
+    memory_proposals.c.turn_id,
+    memory_proposals.c.conversation_id,
+    memory_proposals.c.batches,
+)
+
+
+def _proposal(row: Any) -> Proposal:
+    return Proposal(
+        id=row.id,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        turn_id=row.turn_id,
+        conversation_id=row.conversation_id,
+        batches=batches_from_json(row.batches),
+    )
+
+
+# -- save mode -----------------------------------------------------------------------------
+
+
+def save_mode(connection: Connection, user_id: str) -> SaveMode:
+    mode = connection.execute(
+        select(memory_preferences.c.save_mode).where(memory_preferences.c.user_id == user_id)
+    ).scalar()
+    return "ask" if mode == "ask" else "auto"
+
+
+def set_save_mode(connection: Connection, user_id: str, mode: SaveMode) -> None:
+    """Update, else insert (the caller retries the rare first-insert race)."""
+    key = memory_preferences.c.user_id == user_id
+    result = connection.execute(
+        update(memory_preferences).where(key).values(save_mode=mode, updated_at=now())
+    )
+    if not result.rowcount:
+        connection.execute(
+            insert(memory_preferences).values(user_id=user_id, save_mode=mode, updated_at=now())
+        )
+
+
+# -- proposals -----------------------------------------------------------------------------
+
+
+def add(
+    connection: Connection,
+    user_id: str,
+    batches: Batches,
+    *,
+    turn_id: str | None,
+    conversation_id: str | None,
+    ttl: timedelta,
+    keep: int,
+) -> str:
+    """Store a proposal; expired ones and the oldest beyond `keep` go in the same transaction."""
+    stamp = now()
+    proposal_id = str(uuid.uuid4())
+    owned = memory_proposals.c.user_id == user_id
+    expired = memory_proposals.c.expires_at <= stamp
+    connection.execute(delete(memory_proposals).where(owned, expired))
+    connection.execute(
+        insert(memory_proposals).values(
+            id=proposal_id,
+            user_id=user_id,
+            turn_id=turn_id,
+            conversation_id=conversation_id,
+            batches=batches_to_json(batches),
+            created_at=stamp,
+            expires_at=stamp + ttl,
+        )
+    )
+    cutoff = connection.execute(
+        select(memory_proposals.c.seq)
+        .where(owned)
+        .order_by(memory_proposals.c.seq.desc())
+        .limit(1)
+        .offset(keep)
+    ).scalar()
+    if cutoff is not None:
+        connection.execute(delete(memory_proposals).where(owned, memory_proposals.c.seq <= cutoff))
+    return proposal_id
+
+
+def pending(connection: Connection, user_id: str, at: datetime | None = None) -> list[Proposal]:
+    """The user's unexpired proposals, newest first."""
+    rows = connection.execute(
+        select(*_COLUMNS)
+        .where(memory_proposals.c.user_id == user_id, memory_proposals.c.expires_at > (at or now()))
+        .order_by(memory_proposals.c.seq.desc())
+    ).all()
+    return [_proposal(row) for row in rows]
+
+
+def get(connection: Connection, user_id: str, proposal_id: str) -> Proposal | None:
+    """The unexpired proposal only when `user_id` owns it."""
+    row = connection.execute(
+        select(*_COLUMNS).where(
+            memory_proposals.c.id == proposal_id,
+            memory_proposals.c.user_id == user_id,
+            memory_proposals.c.expires_at > now(),
+        )
+    ).first()
+    return _proposal(row) if row is not None else None
+
+
+def remove(connection: Connection, user_id: str, proposal_id: str) -> bool:
+    result = connection.execute(
+        delete(memory_proposals).where(
+            memory_proposals.c.id == proposal_id, memory_proposals.c.user_id == user_id
+        )
+    )
+    return bool(result.rowcount)
+
+
+def delete_all(connection: Connection, user_id: str) -> int:
+    result = connection.execute(
+        delete(memory_proposals).where(memory_proposals.c.user_id == user_id)
+    )
+    return result.rowcount or 0

@@ -1,0 +1,173 @@
+"""What a committed change records about itself, as pure data: where it came from, what each
+operation did, the inverse an undo applies and the JSON forms stored in the history and
+proposal tables. Nothing here touches storage."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, get_args
+
+from app.memory.rules import TARGETS, Change, MemoryValidationError, Operation
+
+Source = Literal["turn", "api", "undo", "proposal"]
+SaveMode = Literal["auto", "ask"]
+SOURCES: tuple[Source, ...] = get_args(Source)
+SAVE_MODES: tuple[SaveMode, ...] = get_args(SaveMode)
+
+Batches = Sequence[Sequence[Operation]]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a change comes from. `undoes` names the change an undo reverses."""
+
+    source: Source
+    turn_id: str | None = None
+    conversation_id: str | None = None
+    undoes: str | None = None
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    id: str
+    created_at: datetime
+    provenance: Provenance
+    changes: tuple[Change, ...]
+
+
+@dataclass(frozen=True)
+class Proposal:
+    id: str
+    created_at: datetime
+    expires_at: datetime
+    turn_id: str | None
+    conversation_id: str | None
+    batches: tuple[tuple[Operation, ...], ...]
+
+    @property
+    def operations(self) -> tuple[Operation, ...]:
+        return tuple(operation for batch in self.batches for operation in batch)
+
+
+# -- undo ----------------------------------------------------------------------------------
+
+
+def inverse(changes: Sequence[Change]) -> tuple[Operation, ...]:
+    """The operations that reverse `changes`, last change first, each pinned to the exact entry
+    that change produced: if that entry has changed or gone since, the undo is stale."""
+    operations: list[Operation] = []
+    for change in reversed(changes):
+        if not change.changed:
+            continue
+        if change.before is None:  # an add: remove exactly what it added
+            operations.append(Operation(change.target, "remove", match=change.after, pinned=True))
+        elif change.after is None:  # a remove: bring the entry back
+            operations.append(Operation(change.target, "add", content=change.before))
+        else:  # a replace: put the previous entry back in place of the one it wrote
+            operations.append(
+                Operation(
+                    change.target,
+                    "replace",
+                    match=change.after,
+                    content=change.before,
+                    pinned=True,
+                )
+            )
+    return tuple(operations)
+
+
+def stale_undo() -> MemoryValidationError:
+    return MemoryValidationError(
+        "Memory has changed since this change was made (or it was undone already): "
+        "nothing was changed.",
+        code="stale_undo",
+    )
+
+
+# -- stored JSON ---------------------------------------------------------------------------
+
+
+def changes_to_json(changes: Sequence[Change]) -> str:
+    return json.dumps(
+        [
+            {"target": c.target, "action": c.action, "before": c.before, "after": c.after}
+            for c in changes
+        ],
+        ensure_ascii=False,
+    )
+
+
+def changes_from_json(text: str) -> tuple[Change, ...]:
+    return tuple(
+        Change(item["target"], item["action"], item.get("before"), item.get("after"))
+        for item in json.loads(text)
+        if item.get("target") in TARGETS
+    )
+
+
+def batches_to_json(batches: Batches) -> str:
+    return json.dumps(
+        [
+            [
+                {
+                    "target": o.target,
+                    "action": o.action,
+                    "match": o.match,
+                    "content": o.content,
+                    "pinned": o.pinned,
+                }
+                for o in batch
+            ]
+            for batch in batches
+        ],
+        ensure_ascii=False,
+    )
+
+
+def batches_from_json(text: str) -> tuple[tuple[Operation, ...], ...]:
+    return tuple(
+        tuple(
+            Operation(
+                item["target"],
+                item["action"],
+                item.get("match"),
+                item.get("content"),
+                pinned=bool(item.get("pinned")),
+            )
+            for item in batch
+        )
+        for batch in json.loads(text)
+    )
+
+
+# -- the API's shapes ----------------------------------------------------------------------
+
+
+def change_view(change: Change) -> dict[str, Any]:
+    view: dict[str, Any] = {"target": change.target, "action": change.action}
+    if change.before is not None:
+        view["before"] = change.before
+    if change.after is not None:
+        view["after"] = change.after
+    return view
+
+
+def operation_view(operation: Operation) -> dict[str, Any]:
+    view: dict[str, Any] = {"target": operation.target, "action": operation.action}
+    if operation.match is not None:
+        view["match"] = operation.match
+    if operation.content is not None:
+        view["content"] = operation.content
+    return view
+
+
+def entry_strings(entry: HistoryEntry) -> list[str]:
+    """The memory content an entry carries (for telemetry redaction)."""
+    return [text for c in entry.changes for text in (c.before, c.after) if text]
+
+
+def proposal_strings(proposal: Proposal) -> list[str]:
+    return [text for o in proposal.operations for text in (o.match, o.content) if text]

@@ -1,0 +1,140 @@
+"""One memory write inside its serializable transaction: resolve what to apply (a batch, the
+inverse of a recorded change, an accepted proposal), apply it to the locked latest snapshot,
+and record it in the history, or, for a turn under `save_mode: ask`, store it as a proposal.
+The caller (MemoryService) owns the transaction, its retries and the writer queue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import Connection
+
+from app.memory import history, proposals, repository
+from app.memory.ledger import replay, replay_changes
+from app.memory.provenance import (
+    Batches,
+    Provenance,
+    entry_strings,
+    inverse,
+    proposal_strings,
+    stale_undo,
+)
+from app.memory.repository import CancelCheck, check_cancel
+from app.memory.rules import MemoryValidationError, Snapshot, Target
+from app.telemetry.sensitive import register_memory, register_operations, register_sensitive
+
+API = Provenance("api")
+
+
+class MemoryNotFoundError(LookupError):
+    """The change or proposal named is not the caller's (or does not exist, or has expired)."""
+
+
+@dataclass(frozen=True)
+class WriteLimits:
+    """MEMORY_HISTORY_LIMIT, MEMORY_PROPOSAL_LIMIT and MEMORY_PROPOSAL_TTL_HOURS."""
+
+    history: int = 200
+    proposals: int = 20
+    proposal_ttl: timedelta = timedelta(days=7)
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """What one commit is asked to do. `proposal_id`: accept that proposal (its batches are the
+    write, and it is deleted with it). An undo's provenance names the change it reverses.
+    `may_propose`: a turn's batch, which becomes a proposal when the user asks first."""
+
+    provenance: Provenance = API
+    batches: Batches = ()
+    proposal_id: str | None = None
+    may_propose: bool = False
+
+
+@dataclass(frozen=True)
+class Written:
+    snapshot: Snapshot
+    changed: tuple[Target, ...]
+    change_id: str | None = None
+    proposal_id: str | None = None
+
+
+def resolve(
+    connection: Connection, user_id: str, request: WriteRequest
+) -> tuple[Batches, Provenance]:
+    """The batches to apply and where they come from, read inside the transaction so that they
+    are the latest (an accepted proposal keeps the turn and conversation it came from)."""
+    undoes = request.provenance.undoes
+    if undoes is not None:
+        entry = history.get(connection, user_id, undoes)
+        if entry is None:
+            raise MemoryNotFoundError("no such change")
+        register_sensitive(*entry_strings(entry))
+        operations = inverse(entry.changes)
+        if not operations or history.was_undone(connection, user_id, undoes):
+            raise stale_undo()
+        return [operations], request.provenance
+    if request.proposal_id is not None:
+        proposal = proposals.get(connection, user_id, request.proposal_id)
+        if proposal is None:
+            raise MemoryNotFoundError("no such proposal")
+        register_sensitive(*proposal_strings(proposal))
+        return proposal.batches, Provenance("proposal", proposal.turn_id, proposal.conversation_id)
+    return request.batches, request.provenance
+
+
+def write(
+    connection: Connection,
+    user_id: str,
+    request: WriteRequest,
+    limits: WriteLimits,
+    should_cancel: CancelCheck,
+) -> Written:
+    check_cancel(should_cancel, "before the query")
+    current = repository.load_snapshot(connection, user_id, lock=True)
+    register_memory(current)
+    batches, provenance = resolve(connection, user_id, request)
+    register_operations(batches)  # before the SQL that binds them
+    if request.may_propose and proposals.save_mode(connection, user_id) == "ask":
+        # Under the same rules: a refused batch is never proposed; one that would change
+        # nothing (facts already remembered) is not worth asking about.
+        if replay(current, batches) == current:
+            check_cancel(should_cancel, "before the transaction ended")
+            return Written(current, ())
+        check_cancel(should_cancel, "before persistence")
+        proposal_id = proposals.add(
+            connection,
+            user_id,
+            batches,
+            turn_id=provenance.turn_id,
+            conversation_id=provenance.conversation_id,
+            ttl=limits.proposal_ttl,
+            keep=limits.proposals,
+        )
+        check_cancel(should_cancel, "before the transaction ended")
+        return Written(current, (), proposal_id=proposal_id)
+    try:
+        updated, changes = replay_changes(current, batches)
+    except MemoryValidationError as error:
+        if provenance.undoes is not None and error.code == "stale_match":
+            raise stale_undo() from None
+        raise
+    check_cancel(should_cancel, "before persistence")
+    changed = repository.persist_changed_rows(connection, user_id, current, updated)
+    change_id = None
+    if changed:
+        change_id = history.record(connection, user_id, provenance, changes)
+        history.trim(connection, user_id, limits.history)
+    if request.proposal_id is not None:
+        proposals.remove(connection, user_id, request.proposal_id)
+    check_cancel(should_cancel, "before the transaction ended")
+    return Written(updated, tuple(changed), change_id=change_id)
+
+
+def forget(connection: Connection, user_id: str) -> int:
+    """Memory, its history and pending proposals; the save mode (a preference) stays."""
+    removed = repository.delete_all(connection, user_id)
+    history.delete_all(connection, user_id)
+    proposals.delete_all(connection, user_id)
+    return removed

@@ -1,0 +1,23 @@
+// The memory panel's manage section: the save mode ("Ask before saving"), Export and Forget
+// everything. The requests are the panel's; this module wires the controls and shows the mode.
+
+import { $ } from "../dom.js";
+
+export class ManageSection {
+  // setSaveMode("auto" | "ask"), exportAll() and forget() are the panel's.
+  constructor({ root, setSaveMode, exportAll, forget }) {
+    this.root = root;
+    this.askFirst = $("ask-before-saving");
+    this.askFirst.addEventListener("change", () => setSaveMode(this.askFirst.checked ? "ask" : "auto"));
+    $("export-memory").addEventListener("click", exportAll);
+    $("forget").addEventListener("click", forget);
+  }
+
+  render({ saveMode }) {
+    if (saveMode) this.askFirst.checked = saveMode === "ask";
+  }
+
+  reset() {
+    this.askFirst.checked = false;
+  }
+}

@@ -1,0 +1,172 @@
+"""Memory control in Debian's Chromium, at laptop and phone size: each entry says where it came
+from, the history lists every change with Undo, "Ask before saving" turns what the assistant
+wants to remember into cards to accept or reject, and Export downloads everything as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.e2e.conftest import memory_of
+from tests.e2e.web import (
+    REMEMBER,
+    SAVED_ENTRY,
+    close_drawer,
+    open_memory,
+    send,
+    settled,
+    sign_in,
+    sign_out,
+    user_entries,
+)
+
+pytestmark = pytest.mark.browser
+
+TITLE = REMEMBER  # a conversation is titled by its first message
+ADDED = f"Added to About you: {SAVED_ENTRY}"
+
+
+def history_items(page: Page):  # noqa: ANN201 (a Locator)
+    return page.locator("#change-list li .change-text")
+
+
+def cards(page: Page):  # noqa: ANN201
+    return page.locator("#proposal-list li")
+
+
+def test_each_entry_shows_its_origin_and_a_change_can_be_undone(
+    server: str, page: Page, screen: str
+) -> None:
+    """A fact saved in a turn says which conversation it came from and when; the history lists
+    the change with Undo; undoing removes the entry and lists the undo as a change too."""
+    token = sign_in(page, server, f"erin-{screen}")
+    send(page, REMEMBER)
+    settled(page, 1)
+    open_memory(page)
+    expect(user_entries(page)).to_have_text([SAVED_ENTRY])
+    expect(page.locator("#doc-user-entries .entry-origin")).to_have_text(
+        f"from “{TITLE}”, just now")
+    expect(history_items(page)).to_have_text([ADDED])
+    expect(page.locator("#change-list .change-meta")).to_contain_text(f"From “{TITLE}”")
+
+    page.get_by_role("button", name=f"Undo: {ADDED}").click()
+    expect(user_entries(page)).to_have_count(0)
+    expect(history_items(page)).to_have_text([f"Removed from About you: {SAVED_ENTRY}", ADDED])
+    expect(page.locator("#change-list li").nth(1).locator(".undone")).to_have_text("Undone")
+    expect(page.get_by_role("button", name=f"Undo: {ADDED}")).to_have_count(0)
+    expect(page.locator("#memory-notice [role=status]")).to_have_text("Undone: 1 entry removed.")
+    assert memory_of(server, token)["user"]["entries"] == []
+
+
+def test_an_undo_after_a_later_edit_is_refused_with_a_clear_message(
+    server: str, page: Page, screen: str
+) -> None:
+    """The entry was edited since it was added: undoing the add says so and changes nothing;
+    an entry added in the panel says it was added by you."""
+    token = sign_in(page, server, f"finn-{screen}")
+    open_memory(page)
+    page.get_by_label("Add to “About you”").fill("Works at night")
+    page.get_by_label("Add to “About you”").press("Enter")
+    expect(page.locator("#doc-user-entries .entry-origin")).to_have_text("added by you, just now")
+    page.get_by_role("button", name="Edit: Works at night").click()
+    page.get_by_label("Edit entry in “About you”").fill("Works early mornings")
+    page.get_by_role("button", name="Save").click()
+    expect(user_entries(page)).to_have_text(["Works early mornings"])
+    page.get_by_role("button", name="Undo: Added to About you: Works at night").click()
+    expect(page.locator("#memory-notice [role=alert]")).to_have_text(
+        "Cannot undo: that entry has changed since. Nothing was changed.")
+    assert memory_of(server, token)["user"]["entries"] == ["Works early mornings"]
+
+
+def test_ask_before_saving_shows_proposals_to_accept_or_reject(
+    server: str, page: Page, screen: str
+) -> None:
+    """With the switch on, a turn's fact waits as a card and memory stays empty; Accept saves
+    it (its origin says you approved it), Reject drops the next one; the switch is kept."""
+    token = sign_in(page, server, f"gwen-{screen}")
+    open_memory(page)
+    page.get_by_label("Ask before saving").check()
+    expect(page.locator("#memory-notice [role=status]")).to_have_text(
+        "The assistant will ask before saving anything.")
+    close_drawer(page)
+    send(page, REMEMBER)
+    settled(page, 1)
+    open_memory(page)
+    expect(cards(page)).to_have_count(1)
+    expect(cards(page).first).to_contain_text(ADDED)
+    expect(cards(page).first).to_contain_text(f"From “{TITLE}”")
+    expect(user_entries(page)).to_have_count(0)
+    assert memory_of(server, token)["user"]["entries"] == []
+
+    page.get_by_role("button", name=f"Accept: {ADDED}").click()
+    expect(cards(page)).to_have_count(0)
+    expect(page.locator("#memory [data-section=proposals]")).to_be_hidden()
+    expect(user_entries(page)).to_have_text([SAVED_ENTRY])
+    expect(page.locator("#doc-user-entries .entry-origin")).to_have_text(
+        f"from “{TITLE}”, approved by you, just now")
+
+    close_drawer(page)
+    send(page, "remember that I live in Lisbon")
+    settled(page, 2)
+    open_memory(page)
+    expect(cards(page)).to_have_count(1)
+    page.get_by_role("button", name="Reject: Added to About you", exact=False).click()
+    expect(cards(page)).to_have_count(0)
+    expect(page.locator("#memory-notice [role=status]")).to_have_text(
+        "Proposal rejected: nothing was saved.")
+    assert memory_of(server, token)["user"]["entries"] == [SAVED_ENTRY]
+    page.reload()
+    open_memory(page)
+    expect(page.get_by_label("Ask before saving")).to_be_checked()
+
+
+def test_export_downloads_memory_history_and_conversations(
+    server: str, page: Page, screen: str, tmp_path: Path
+) -> None:
+    sign_in(page, server, f"hana-{screen}")
+    send(page, REMEMBER)
+    settled(page, 1)
+    open_memory(page)
+    with page.expect_download() as download_info:
+        page.get_by_role("button", name="Export my data").click()
+    download = download_info.value
+    assert download.suggested_filename.startswith("memory-export-")
+    path = tmp_path / download.suggested_filename
+    download.save_as(path)
+    body = json.loads(path.read_text())
+    assert body["subject"] == f"hana-{screen}"
+    assert body["memory"]["user"]["entries"] == [SAVED_ENTRY]
+    assert [c["operations"][0]["after"] for c in body["history"]] == [SAVED_ENTRY]
+    [conversation] = body["conversations"]
+    assert conversation["title"] == TITLE
+    assert [m["role"] for m in conversation["messages"]] == ["user", "assistant"]
+
+
+def test_the_next_person_sees_none_of_the_previous_ones_history_or_proposals(
+    server: str, page: Page, screen: str
+) -> None:
+    """Sign-out clears the history, the cards and the switch; the next person's panel shows
+    only their own (empty) history, read for their token."""
+    sign_in(page, server, f"ivan-{screen}")
+    open_memory(page)
+    page.get_by_label("Ask before saving").check()
+    close_drawer(page)
+    send(page, REMEMBER)
+    settled(page, 1)
+    send(page, "remember that I live in Lisbon")
+    settled(page, 2)
+    open_memory(page)
+    expect(cards(page)).to_have_count(2)
+    page.get_by_role("button", name=f"Accept: {ADDED}").click()
+    expect(history_items(page)).to_have_count(1)
+    sign_out(page)
+    sign_in(page, server, f"jade-{screen}")
+    open_memory(page)
+    expect(page.locator("#memory [data-section=history] .empty")).to_be_visible()
+    expect(history_items(page)).to_have_count(0)
+    expect(cards(page)).to_have_count(0)
+    expect(page.get_by_label("Ask before saving")).not_to_be_checked()
