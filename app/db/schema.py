@@ -99,3 +99,17 @@ conversation_messages = Table(
     Index(f"ix_{PREFIX}conversation_messages_conversation", "conversation_id", "id"),
     **MYSQL_OPTIONS,
 )
+
+# Full-text search objects (revision 0006, app/conversations/search.py). They are not in the
+# metadata because each dialect has its own: the FTS5 table (and its shadow tables) on SQLite,
+# a generated tsvector column and its GIN index on PostgreSQL, a FULLTEXT index on MariaDB.
+SEARCH_FTS_TABLE = f"{PREFIX}message_search"
+SEARCH_VECTOR_COLUMN = "search_vector"
+SEARCH_INDEX = f"ix_{PREFIX}conversation_messages_search"
+
+
+def is_search_object(name: str | None) -> bool:
+    """Whether a table, column or index belongs to the search engines (not to the metadata)."""
+    return name is not None and (
+        name.startswith(SEARCH_FTS_TABLE) or name in (SEARCH_VECTOR_COLUMN, SEARCH_INDEX)
+    )
