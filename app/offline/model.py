@@ -35,7 +35,8 @@ _FORGET = re.compile(
     r"^(?:please\s+)?forget(?:\s+(?:that|about|the fact that))?\s+(?P<phrase>.+)$", re.I | re.S
 )
 _SEARCH = re.compile(
-    r"^(?:(?:what|when) did (?:we|i) (?:discuss|talk about|say about|decide about)"
+    r"^(?:(?:what|when) did (?:we|i) "
+    r"(?:discuss(?: about)?|talk about|say about|decide about)"
     r"|search (?:my|our) (?:conversations|history) for)\s+(?P<topic>.+?)[\s?.!]*$",
     re.I | re.S,
 )
