@@ -6,6 +6,8 @@ search configuration, `simple` by default) with a GIN index, ranked by ts_rank. 
 an InnoDB FULLTEXT index, ranked by its relevance; words it cannot index (shorter than three
 characters, InnoDB stopwords) fall back to LIKE. SQL Server (and a query with no indexable word
 on MariaDB): LIKE over the caller's messages, newest first. Revision 0006 creates the indexes.
+Ranking looks at the caller's newest CANDIDATES matches (all of them, unless a word is in more
+than that many of their messages), so a very common word stays fast.
 
 The owner is a bound parameter in every strategy; the query is built from words alone (see
 `search_text`), so no query text can change the SQL or reach another user's rows.
@@ -23,13 +25,17 @@ from sqlalchemy import (
     Select,
     and_,
     bindparam,
+    cast,
     column,
+    func,
+    literal,
     literal_column,
     select,
     table,
     text,
 )
-from sqlalchemy.sql.elements import TextClause
+from sqlalchemy.dialects.mysql import match
+from sqlalchemy.dialects.postgresql import REGCONFIG
 
 from app.conversations.search_text import (
     like_pattern,
@@ -46,9 +52,11 @@ from app.db.schema import (
 )
 
 MAX_RESULTS = 50
+CANDIDATES = 1_000
+HIT_COLUMNS = ("id", "conversation_id", "title", "role", "content", "created_at")
 
 messages, owners = conversation_messages, conversations
-Ordering = ColumnElement[Any] | TextClause
+Score = ColumnElement[Any]
 _fts = table(SEARCH_FTS_TABLE, column("rowid"))
 
 
@@ -77,43 +85,41 @@ def _base(user_id: str, exclude_turn_id: str | None) -> tuple[Select[Any], list[
     return query, conditions
 
 
-def _sqlite(query: Select[Any], words: tuple[str, ...]) -> tuple[Select[Any], Ordering]:
+def _sqlite(query: Select[Any], words: tuple[str, ...]) -> tuple[Select[Any], Score]:
     match = text(f"{SEARCH_FTS_TABLE} MATCH :fts_query").bindparams(fts_query=sqlite_match(words))
     joined = query.join(_fts, _fts.c.rowid == messages.c.id).where(match)
-    return joined, literal_column(f"bm25({SEARCH_FTS_TABLE})").asc()
+    return joined, -func.bm25(literal_column(SEARCH_FTS_TABLE))  # bm25: lower is better
 
 
-def _postgres(
-    query: Select[Any], words: tuple[str, ...], config: str
-) -> tuple[Select[Any], Ordering]:
-    vector = f"{messages.name}.{SEARCH_VECTOR_COLUMN}"
-    tsquery = "to_tsquery(CAST(:ts_config AS regconfig), :ts_query)"
-    values = {"ts_config": config, "ts_query": postgres_tsquery(words)}
-    matched = query.where(text(f"{vector} @@ {tsquery}").bindparams(**values))
-    return matched, text(f"ts_rank({vector}, {tsquery}) DESC").bindparams(**values)
+def _postgres(query: Select[Any], words: tuple[str, ...], config: str) -> tuple[Select[Any], Score]:
+    vector: ColumnElement[Any] = literal_column(f"{messages.name}.{SEARCH_VECTOR_COLUMN}")
+    tsquery = func.to_tsquery(
+        cast(bindparam("ts_config", config), REGCONFIG),
+        bindparam("ts_query", postgres_tsquery(words)),
+    )
+    return query.where(vector.op("@@", is_comparison=True)(tsquery)), func.ts_rank(vector, tsquery)
 
 
-def _mariadb(query: Select[Any], words: tuple[str, ...]) -> tuple[Select[Any], Ordering]:
+def _mariadb(query: Select[Any], words: tuple[str, ...]) -> tuple[Select[Any], Score]:
     """FULLTEXT for the words InnoDB indexes, LIKE for the others (all still required)."""
     indexed = mariadb_indexed(words)
     others = tuple(word for word in words if word not in indexed)
     if not indexed:
         return _like(query, words)
     if others:
-        query, _newest = _like(query, others)
-    against = f"MATCH ({messages.name}.content) AGAINST (:ft_query IN BOOLEAN MODE)"
-    boolean = mariadb_boolean(indexed)
-    matched = query.where(text(against).bindparams(ft_query=boolean))
-    rank = text(f"{against} DESC").bindparams(ft_query=boolean)
-    return matched, rank
+        query, _none = _like(query, others)
+    relevance = match(
+        messages.c.content, against=bindparam("ft_query", mariadb_boolean(indexed))
+    ).in_boolean_mode()
+    return query.where(relevance), relevance
 
 
-def _like(query: Select[Any], words: tuple[str, ...]) -> tuple[Select[Any], Ordering]:
+def _like(query: Select[Any], words: tuple[str, ...]) -> tuple[Select[Any], Score]:
     patterns = [
         messages.c.content.like(bindparam(f"like_{index}", like_pattern(word)), escape="\\")
         for index, word in enumerate(words)
     ]
-    return query.where(and_(*patterns)), messages.c.created_at.desc()
+    return query.where(and_(*patterns)), literal(0)  # unranked: newest first
 
 
 def search(
@@ -131,16 +137,25 @@ def search(
     query, conditions = _base(user_id, exclude_turn_id)
     dialect = connection.dialect.name
     if dialect == "sqlite":
-        matched, rank = _sqlite(query, words)
+        matched, score = _sqlite(query, words)
     elif dialect == "postgresql":
-        matched, rank = _postgres(query, words, postgres_config)
+        matched, score = _postgres(query, words, postgres_config)
     elif dialect in ("mysql", "mariadb"):
-        matched, rank = _mariadb(query, words)
+        matched, score = _mariadb(query, words)
     else:
-        matched, rank = _like(query, words)
+        matched, score = _like(query, words)
+    # Rank the newest CANDIDATES matches (all of them for most queries): the engines then stop
+    # early for a word in most messages instead of scoring every one of them.
+    candidates = (
+        matched.add_columns(score.label("score"))
+        .where(*conditions)
+        .order_by(messages.c.id.desc())
+        .limit(CANDIDATES)
+        .subquery("candidates")
+    )
     statement = (
-        matched.where(*conditions)
-        .order_by(rank, messages.c.id.desc())
+        select(*(candidates.c[name] for name in HIT_COLUMNS))
+        .order_by(candidates.c.score.desc(), candidates.c.id.desc())
         .limit(max(1, min(limit, MAX_RESULTS)))
     )
     return [SearchHit(*row) for row in connection.execute(statement).all()]

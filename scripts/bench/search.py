@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import sqlite3
 import sys
@@ -30,13 +31,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import psycopg  # noqa: E402
 from sqlalchemy import Engine, text  # noqa: E402
 
 from app.conversations.service import ConversationService  # noqa: E402
 from app.db.engine import build_engine  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.db.schema import SEARCH_INDEX, SEARCH_VECTOR_COLUMN  # noqa: E402
-from scripts.bench._common import percentile, write_results  # noqa: E402
+from scripts.bench._common import RESULTS, percentile, write_results  # noqa: E402
 from tests.support.databases import migrated_engine, postgres_database  # noqa: E402
 
 USER = "bench-user"
@@ -56,8 +58,9 @@ def vocabulary(rng: random.Random) -> list[str]:
     return words
 
 
-def messages(total: int, own: int, words: list[str], rng: random.Random) -> Iterator[tuple[
-        str, str, str, str, str, datetime]]:
+def messages(
+    total: int, own: int, words: list[str], rng: random.Random
+) -> Iterator[tuple[str, str, str, str, str, datetime]]:
     """(user, conversation, turn, role, content, created_at) rows, conversation by conversation;
     the benchmark user's `own` messages are spread over the whole run."""
     weights = [1 / (rank + 1) for rank in range(len(words))]
@@ -65,7 +68,8 @@ def messages(total: int, own: int, words: list[str], rng: random.Random) -> Iter
     stride = max(1, total // own)
     for conversation_index in range(total // PER_CONVERSATION):
         mine = conversation_index % stride == 0 and conversation_index // stride < own // (
-            PER_CONVERSATION)
+            PER_CONVERSATION
+        )
         user = USER if mine else f"other-{conversation_index % 5000}"
         conversation = str(uuid.uuid4())
         drawn = rng.choices(words, weights, k=PER_CONVERSATION * 30)
@@ -80,10 +84,12 @@ def messages(total: int, own: int, words: list[str], rng: random.Random) -> Iter
 def load(engine: Engine, rows: Iterator[tuple[str, str, str, str, str, datetime]]) -> int:
     """Bulk-load; on PostgreSQL the GIN index is dropped for the load and built after."""
     dialect = engine.dialect.name
-    # SQLite: a plain connection, without the engine's per-statement deadline (a bulk load
-    # runs past it on purpose).
+    # A plain connection, outside the engine's guard (its operation deadline would break a
+    # bulk load, which runs past it on purpose).
     raw: Any = (
-        engine.raw_connection()
+        psycopg.connect(
+            engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        )
         if dialect == "postgresql"
         else sqlite3.connect(str(engine.url.database), isolation_level=None)
     )
@@ -175,9 +181,12 @@ def measure(service: ConversationService, queries: dict[str, list[str]]) -> dict
             "max_ms": round(max(times), 2),
             "mean_results": round(hits / len(texts), 1),
         }
-    figures["all"] = {"n": len(every), "p50_ms": round(percentile(every, 0.5), 2),
-                      "p95_ms": round(percentile(every, 0.95), 2),
-                      "p99_ms": round(percentile(every, 0.99), 2)}
+    figures["all"] = {
+        "n": len(every),
+        "p50_ms": round(percentile(every, 0.5), 2),
+        "p95_ms": round(percentile(every, 0.95), 2),
+        "p99_ms": round(percentile(every, 0.99), 2),
+    }
     return figures
 
 
@@ -196,6 +205,17 @@ def database(dialect: str) -> Iterator[Engine]:
         engine.dispose()
 
 
+def earlier(total: int, user: int) -> dict[str, Any]:
+    """The other dialects' figures of an earlier run of the same sizes (kept in the file)."""
+    try:
+        figures = json.loads((RESULTS / "search.json").read_text())["figures"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    if (figures.get("total_messages"), figures.get("user_messages")) != (total, user):
+        return {}
+    return {key: value for key, value in figures.items() if key in ("sqlite", "postgres")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--total", type=int, default=1_000_000)
@@ -203,8 +223,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=60, help="per query class")
     parser.add_argument("--dialects", default="sqlite,postgres")
     args = parser.parse_args()
-    results: dict[str, Any] = {"total_messages": args.total, "user_messages": args.user,
-                               "goal_p95_ms": 20}
+    results: dict[str, Any] = {
+        "total_messages": args.total,
+        "user_messages": args.user,
+        "goal_p95_ms": 20,
+        **earlier(args.total, args.user),
+    }
     for dialect in args.dialects.split(","):
         rng = random.Random(13)
         words = vocabulary(rng)
@@ -213,11 +237,16 @@ def main() -> None:
             loaded = load(engine, messages(args.total, args.user, words, rng))
             load_seconds = time.perf_counter() - began
             figures = measure(ConversationService(engine), query_classes(words, rng, args.queries))
-        results[dialect] = {"loaded": loaded, "load_seconds": round(load_seconds, 1), **figures}
+        results[dialect] = {
+            "at": datetime.now().isoformat(timespec="seconds"),
+            "loaded": loaded,
+            "load_seconds": round(load_seconds, 1),
+            **figures,
+        }
         print(f"{dialect}: {loaded:,} messages loaded in {load_seconds:.0f} s")
         for name, row in figures.items():
             print(f"  {name:10} p50 {row['p50_ms']:7.2f} ms  p95 {row['p95_ms']:7.2f} ms")
-    print("wrote", write_results("search", results))
+        print("wrote", write_results("search", results))  # after each dialect: a run may stop
 
 
 if __name__ == "__main__":
