@@ -1,7 +1,8 @@
 """Full-text search over one user's stored messages: one strategy per dialect behind `search`.
 
-SQLite: the FTS5 table `amem_message_search` (external content, kept in sync by triggers), ranked
-by bm25. PostgreSQL: the generated `search_vector` column (a tsvector in the configured text
+SQLite: the FTS5 table `amem_message_search` (external content, kept in sync by triggers) over
+each message's words and its owner's token, so the owner is matched inside the index; ranked by
+bm25. PostgreSQL: the generated `search_vector` column (a tsvector in the configured text
 search configuration, `simple` by default) with a GIN index, ranked by ts_rank. MariaDB/MySQL:
 an InnoDB FULLTEXT index, ranked by its relevance; words it cannot index (shorter than three
 characters, InnoDB stopwords) fall back to LIKE. SQL Server (and a query with no indexable word
@@ -49,6 +50,7 @@ from app.db.schema import (
     SEARCH_VECTOR_COLUMN,
     conversation_messages,
     conversations,
+    owner_token,
 )
 
 MAX_RESULTS = 50
@@ -85,8 +87,11 @@ def _base(user_id: str, exclude_turn_id: str | None) -> tuple[Select[Any], list[
     return query, conditions
 
 
-def _sqlite(query: Select[Any], words: tuple[str, ...]) -> tuple[Select[Any], Score]:
-    match = text(f"{SEARCH_FTS_TABLE} MATCH :fts_query").bindparams(fts_query=sqlite_match(words))
+def _sqlite(query: Select[Any], words: tuple[str, ...], user_id: str) -> tuple[Select[Any], Score]:
+    """The owner's token and the words, intersected inside the index (the owner is also checked
+    on the join, like every strategy)."""
+    fts_query = f'owner : "{owner_token(user_id)}" AND content : ({sqlite_match(words)})'
+    match = text(f"{SEARCH_FTS_TABLE} MATCH :fts_query").bindparams(fts_query=fts_query)
     joined = query.join(_fts, _fts.c.rowid == messages.c.id).where(match)
     return joined, -func.bm25(literal_column(SEARCH_FTS_TABLE))  # bm25: lower is better
 
@@ -137,7 +142,7 @@ def search(
     query, conditions = _base(user_id, exclude_turn_id)
     dialect = connection.dialect.name
     if dialect == "sqlite":
-        matched, score = _sqlite(query, words)
+        matched, score = _sqlite(query, words, user_id)
     elif dialect == "postgresql":
         matched, score = _postgres(query, words, postgres_config)
     elif dialect in ("mysql", "mariadb"):

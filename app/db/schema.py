@@ -106,6 +106,13 @@ conversation_messages = Table(
 SEARCH_FTS_TABLE = f"{PREFIX}message_search"
 SEARCH_VECTOR_COLUMN = "search_vector"
 SEARCH_INDEX = f"ix_{PREFIX}conversation_messages_search"
+# SQLite's FTS5 table indexes each message's owner as one token, `u` and the hex of the id's
+# UTF-8 bytes (letters and digits only: the tokenizer keeps it whole); `owner_token` is the same.
+OWNER_TOKEN_SQL = "'u' || hex(user_id)"
+
+
+def owner_token(user_id: str) -> str:
+    return "u" + user_id.encode("utf-8").hex()
 
 
 def is_search_object(name: str | None) -> bool:

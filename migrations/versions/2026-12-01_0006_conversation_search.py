@@ -1,9 +1,11 @@
 """Conversation search: a full-text index over amem_conversation_messages, one per dialect,
 built from the messages already stored (app/conversations/search.py queries it).
 
-- SQLite: the FTS5 table amem_message_search (external content on the messages table, words
-  folded by unicode61 without diacritics, prefix indexes of 2 and 3 characters), kept in sync by
-  insert, update and delete triggers, and rebuilt from the stored messages.
+- SQLite: the FTS5 table amem_message_search with two columns, the message's words (folded by
+  unicode61 without diacritics, prefix indexes of 2 and 3 characters) and its owner's token
+  (`u` and the hex of the owner's id), so that a search intersects the owner's rows with the
+  words' inside the index. Its external content is the view amem_message_search_source; insert,
+  update and delete triggers keep it in sync, and it is rebuilt from the stored messages.
 - PostgreSQL: a stored generated column `search_vector` (to_tsvector in SEARCH_POSTGRES_CONFIG,
   `simple` by default: no language's stemming or stopwords) and a GIN index on it. Changing the
   setting later means running this revision again (downgrade to 0004, upgrade).
@@ -24,7 +26,7 @@ import re
 
 from alembic import op
 
-from app.db.schema import SEARCH_FTS_TABLE, SEARCH_INDEX, SEARCH_VECTOR_COLUMN
+from app.db.schema import OWNER_TOKEN_SQL, SEARCH_FTS_TABLE, SEARCH_INDEX, SEARCH_VECTOR_COLUMN
 
 revision = "0006"
 down_revision = "0004"  # the lead re-points this to "0005" at merge
@@ -32,17 +34,34 @@ branch_labels = None
 depends_on = None
 
 MESSAGES = "amem_conversation_messages"
+CONVERSATIONS = "amem_conversations"
 FULLTEXT_INDEX = SEARCH_INDEX
+SOURCE = f"{SEARCH_FTS_TABLE}_source"  # the FTS5 table's content: each message and its owner
+
+
+def owner_of(conversation: str) -> str:
+    return f"(SELECT {OWNER_TOKEN_SQL} FROM {CONVERSATIONS} WHERE id = {conversation})"
+
+
+def fts_row(prefix: str, message: str) -> str:
+    return f"{prefix}{message}.id, {message}.content, {owner_of(message + '.conversation_id')}"
+
+
+DELETE = "'delete', "  # FTS5's delete command, with the values the row was indexed with
 TRIGGERS = {
     "ai": f"AFTER INSERT ON {MESSAGES} BEGIN "
-    f"INSERT INTO {SEARCH_FTS_TABLE}(rowid, content) VALUES (new.id, new.content); END",
+    f"INSERT INTO {SEARCH_FTS_TABLE}(rowid, content, owner) VALUES ({fts_row('', 'new')}); END",
     "ad": f"AFTER DELETE ON {MESSAGES} BEGIN "
-    f"INSERT INTO {SEARCH_FTS_TABLE}({SEARCH_FTS_TABLE}, rowid, content) "
-    "VALUES ('delete', old.id, old.content); END",
+    f"INSERT INTO {SEARCH_FTS_TABLE}({SEARCH_FTS_TABLE}, rowid, content, owner) "
+    f"VALUES ({fts_row(DELETE, 'old')}); END",
     "au": f"AFTER UPDATE OF content ON {MESSAGES} BEGIN "
-    f"INSERT INTO {SEARCH_FTS_TABLE}({SEARCH_FTS_TABLE}, rowid, content) "
-    "VALUES ('delete', old.id, old.content); "
-    f"INSERT INTO {SEARCH_FTS_TABLE}(rowid, content) VALUES (new.id, new.content); END",
+    f"INSERT INTO {SEARCH_FTS_TABLE}({SEARCH_FTS_TABLE}, rowid, content, owner) "
+    f"VALUES ({fts_row(DELETE, 'old')}); "
+    f"INSERT INTO {SEARCH_FTS_TABLE}(rowid, content, owner) VALUES ({fts_row('', 'new')}); END",
+    # A conversation's messages leave the index while it still names their owner (a cascade
+    # would delete them after it, when the owner can no longer be read).
+    "cd": f"BEFORE DELETE ON {CONVERSATIONS} BEGIN "
+    f"DELETE FROM {MESSAGES} WHERE conversation_id = old.id; END",
 }
 
 
@@ -58,8 +77,13 @@ def upgrade() -> None:
     name = op.get_context().dialect.name
     if name == "sqlite":
         op.execute(
-            f"CREATE VIRTUAL TABLE {SEARCH_FTS_TABLE} USING fts5(content, "
-            f"content='{MESSAGES}', content_rowid='id', "
+            f"CREATE VIEW {SOURCE} AS SELECT m.id AS id, m.content AS content, "
+            f"{OWNER_TOKEN_SQL.replace('user_id', 'c.user_id')} AS owner FROM {MESSAGES} m "
+            f"JOIN {CONVERSATIONS} c ON c.id = m.conversation_id"
+        )
+        op.execute(
+            f"CREATE VIRTUAL TABLE {SEARCH_FTS_TABLE} USING fts5(content, owner, "
+            f"content='{SOURCE}', content_rowid='id', "
             "tokenize='unicode61 remove_diacritics 2', prefix='2 3')"
         )
         for suffix, body in TRIGGERS.items():
@@ -85,6 +109,7 @@ def downgrade() -> None:
         for suffix in TRIGGERS:
             op.execute(f"DROP TRIGGER IF EXISTS {SEARCH_FTS_TABLE}_{suffix}")
         op.execute(f"DROP TABLE IF EXISTS {SEARCH_FTS_TABLE}")
+        op.execute(f"DROP VIEW IF EXISTS {SOURCE}")
     elif name == "postgresql":
         op.execute(f"DROP INDEX IF EXISTS {SEARCH_INDEX}")
         op.execute(f"ALTER TABLE {MESSAGES} DROP COLUMN IF EXISTS {SEARCH_VECTOR_COLUMN}")

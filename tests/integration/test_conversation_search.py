@@ -9,10 +9,11 @@ import string
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from app.conversations.search_text import MARK_CLOSE, MARK_OPEN
 from app.conversations.service import ConversationService
+from app.db.schema import SEARCH_FTS_TABLE, conversations
 
 CRAFTED = [
     '"',
@@ -142,3 +143,21 @@ def test_one_turn_can_be_left_out(engine: Engine) -> None:
     turn = "1" * 8 + "-0000-4000-8000-" + "1" * 12
     left = asyncio.run(service.search("alice", "walrus", 10, exclude_turn_id=turn))
     assert [result.role for result in left] == ["user"]
+
+
+def test_deleting_conversation_rows_directly_keeps_the_index_whole(engine: Engine) -> None:
+    """A conversation deleted without its messages first (the cascade path, an operator's SQL)
+    leaves nothing behind in the index, and SQLite's FTS5 integrity check still passes."""
+    service = ConversationService(engine)
+    store(service, "alice", ["the ibex expedition", "ibex again"])
+    kept = store(service, "alice", ["the ibex notes stay"])
+    with engine.begin() as connection:
+        connection.execute(conversations.delete().where(conversations.c.id != kept))
+    assert find(service, "alice", "ibex") == ["the «ibex» notes stay"]
+    if engine.dialect.name == "sqlite":
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    f"INSERT INTO {SEARCH_FTS_TABLE}({SEARCH_FTS_TABLE}) VALUES ('integrity-check')"
+                )
+            )
