@@ -2,16 +2,18 @@
 
 SQLite: the FTS5 table `amem_message_search` (external content, kept in sync by triggers) over
 each message's words and its owner's token, so the owner is matched inside the index; ranked by
-bm25. PostgreSQL: the generated `search_vector` column (a tsvector in the configured text
-search configuration, `simple` by default) with a GIN index, ranked by ts_rank. MariaDB/MySQL:
-an InnoDB FULLTEXT index, ranked by its relevance; words it cannot index (shorter than three
-characters, InnoDB stopwords) fall back to LIKE. SQL Server (and a query with no indexable word
-on MariaDB): LIKE over the caller's messages, newest first. Revision 0006 creates the indexes.
-Ranking looks at the caller's newest CANDIDATES matches (all of them, unless a word is in more
-than that many of their messages), so a very common word stays fast.
+bm25. PostgreSQL: the `search_vector` column (a tsvector in the configured text search
+configuration, `simple` by default, plus the owner's lexeme) with a GIN index, ranked by
+ts_rank. MariaDB/MySQL: an InnoDB FULLTEXT index, ranked by its relevance; words it cannot
+index (shorter than three characters, InnoDB stopwords) fall back to LIKE. SQL Server (and a
+query with no indexable word on MariaDB): LIKE over the caller's messages, newest first.
+Revision 0006 creates the indexes. Ranking looks at the caller's newest CANDIDATES matches (all
+of them, unless a word is in more than that many of their messages), so a very common word
+stays fast.
 
-The owner is a bound parameter in every strategy; the query is built from words alone (see
-`search_text`), so no query text can change the SQL or reach another user's rows.
+The owner is a bound parameter in every strategy (in the index where it holds the owner, and
+always on the join); the query is built from words alone (see `search_text`), so no query text
+can change the SQL or reach another user's rows.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.mysql import match
-from sqlalchemy.dialects.postgresql import REGCONFIG
+from sqlalchemy.dialects.postgresql import REGCONFIG, TSQUERY
 
 from app.conversations.search_text import (
     like_pattern,
@@ -51,6 +53,7 @@ from app.db.schema import (
     conversation_messages,
     conversations,
     owner_token,
+    postgres_owner_lexeme,
 )
 
 MAX_RESULTS = 50
@@ -96,12 +99,16 @@ def _sqlite(query: Select[Any], words: tuple[str, ...], user_id: str) -> tuple[S
     return joined, -func.bm25(literal_column(SEARCH_FTS_TABLE))  # bm25: lower is better
 
 
-def _postgres(query: Select[Any], words: tuple[str, ...], config: str) -> tuple[Select[Any], Score]:
+def _postgres(
+    query: Select[Any], words: tuple[str, ...], config: str, user_id: str
+) -> tuple[Select[Any], Score]:
     vector: ColumnElement[Any] = literal_column(f"{messages.name}.{SEARCH_VECTOR_COLUMN}")
-    tsquery = func.to_tsquery(
+    words_query = func.to_tsquery(
         cast(bindparam("ts_config", config), REGCONFIG),
         bindparam("ts_query", postgres_tsquery(words)),
     )
+    owner = cast(bindparam("ts_owner", f"'{postgres_owner_lexeme(user_id)}'"), TSQUERY)
+    tsquery = words_query.op("&&")(owner)  # the owner's lexeme and the words, in the index
     return query.where(vector.op("@@", is_comparison=True)(tsquery)), func.ts_rank(vector, tsquery)
 
 
@@ -144,7 +151,7 @@ def search(
     if dialect == "sqlite":
         matched, score = _sqlite(query, words, user_id)
     elif dialect == "postgresql":
-        matched, score = _postgres(query, words, postgres_config)
+        matched, score = _postgres(query, words, postgres_config, user_id)
     elif dialect in ("mysql", "mariadb"):
         matched, score = _mariadb(query, words)
     else:

@@ -7,6 +7,7 @@ database with other applications without a collision.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from sqlalchemy import (
@@ -111,8 +112,16 @@ SEARCH_INDEX = f"ix_{PREFIX}conversation_messages_search"
 OWNER_TOKEN_SQL = "'u' || hex(user_id)"
 
 
+# PostgreSQL's tsvector holds the owner as one lexeme, `u` and the md5 of the id (a fixed size).
+POSTGRES_OWNER_SQL = "'u' || md5(user_id)"
+
+
 def owner_token(user_id: str) -> str:
     return "u" + user_id.encode("utf-8").hex()
+
+
+def postgres_owner_lexeme(user_id: str) -> str:
+    return "u" + hashlib.md5(user_id.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
 def is_search_object(name: str | None) -> bool:

@@ -6,9 +6,11 @@ built from the messages already stored (app/conversations/search.py queries it).
   (`u` and the hex of the owner's id), so that a search intersects the owner's rows with the
   words' inside the index. Its external content is the view amem_message_search_source; insert,
   update and delete triggers keep it in sync, and it is rebuilt from the stored messages.
-- PostgreSQL: a stored generated column `search_vector` (to_tsvector in SEARCH_POSTGRES_CONFIG,
-  `simple` by default: no language's stemming or stopwords) and a GIN index on it. Changing the
-  setting later means running this revision again (downgrade to 0004, upgrade).
+- PostgreSQL: a column `search_vector`, set by a trigger on insert and update and backfilled
+  here: the words (to_tsvector in SEARCH_POSTGRES_CONFIG, `simple` by default: no language's
+  stemming or stopwords) and the owner's lexeme (`u` and the md5 of the owner's id), with a GIN
+  index on it, so a search intersects the owner's rows with the words' in the index. Changing
+  the setting later means running this revision again (downgrade to 0004, upgrade).
 - MariaDB/MySQL: an InnoDB FULLTEXT index on `content` (built by copying the table).
 - SQL Server: nothing (search there is LIKE over the caller's messages).
 
@@ -26,7 +28,13 @@ import re
 
 from alembic import op
 
-from app.db.schema import OWNER_TOKEN_SQL, SEARCH_FTS_TABLE, SEARCH_INDEX, SEARCH_VECTOR_COLUMN
+from app.db.schema import (
+    OWNER_TOKEN_SQL,
+    POSTGRES_OWNER_SQL,
+    SEARCH_FTS_TABLE,
+    SEARCH_INDEX,
+    SEARCH_VECTOR_COLUMN,
+)
 
 revision = "0006"
 down_revision = "0004"  # the lead re-points this to "0005" at merge
@@ -73,6 +81,37 @@ def postgres_config() -> str:
     return name
 
 
+VECTOR_FUNCTION = f"{SEARCH_FTS_TABLE}_vector"
+
+
+def postgres_vector(content: str, owner: str) -> str:
+    """The message's words in the configured configuration, plus its owner's lexeme."""
+    return (
+        f"to_tsvector('{postgres_config()}'::regconfig, {content}) || "
+        f"array_to_tsvector(ARRAY[{POSTGRES_OWNER_SQL.replace('user_id', owner)}])"
+    )
+
+
+def postgres_upgrade() -> None:
+    op.execute(f"ALTER TABLE {MESSAGES} ADD COLUMN {SEARCH_VECTOR_COLUMN} tsvector")
+    owner = f"(SELECT c.user_id FROM {CONVERSATIONS} c WHERE c.id = NEW.conversation_id)"
+    op.execute(
+        f"CREATE FUNCTION {VECTOR_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        f"NEW.{SEARCH_VECTOR_COLUMN} := {postgres_vector('NEW.content', owner)}; "
+        "RETURN NEW; END $$"
+    )
+    op.execute(
+        f"CREATE TRIGGER {VECTOR_FUNCTION} BEFORE INSERT OR UPDATE OF content, conversation_id "
+        f"ON {MESSAGES} FOR EACH ROW EXECUTE FUNCTION {VECTOR_FUNCTION}()"
+    )
+    op.execute(
+        f"UPDATE {MESSAGES} m SET {SEARCH_VECTOR_COLUMN} = "
+        f"{postgres_vector('m.content', 'c.user_id')} FROM {CONVERSATIONS} c "
+        "WHERE c.id = m.conversation_id"
+    )
+    op.execute(f"CREATE INDEX {SEARCH_INDEX} ON {MESSAGES} USING GIN ({SEARCH_VECTOR_COLUMN})")
+
+
 def upgrade() -> None:
     name = op.get_context().dialect.name
     if name == "sqlite":
@@ -90,11 +129,7 @@ def upgrade() -> None:
             op.execute(f"CREATE TRIGGER {SEARCH_FTS_TABLE}_{suffix} {body}")
         op.execute(f"INSERT INTO {SEARCH_FTS_TABLE}({SEARCH_FTS_TABLE}) VALUES ('rebuild')")
     elif name == "postgresql":
-        op.execute(
-            f"ALTER TABLE {MESSAGES} ADD COLUMN {SEARCH_VECTOR_COLUMN} tsvector "
-            f"GENERATED ALWAYS AS (to_tsvector('{postgres_config()}'::regconfig, content)) STORED"
-        )
-        op.execute(f"CREATE INDEX {SEARCH_INDEX} ON {MESSAGES} USING GIN ({SEARCH_VECTOR_COLUMN})")
+        postgres_upgrade()
     elif name in ("mysql", "mariadb"):
         # ALGORITHM=COPY: an in-place build after an earlier FULLTEXT index was dropped (a
         # downgrade and upgrade) leaves out the rows stored in between on MariaDB 10.11.
@@ -111,6 +146,8 @@ def downgrade() -> None:
         op.execute(f"DROP TABLE IF EXISTS {SEARCH_FTS_TABLE}")
         op.execute(f"DROP VIEW IF EXISTS {SOURCE}")
     elif name == "postgresql":
+        op.execute(f"DROP TRIGGER IF EXISTS {VECTOR_FUNCTION} ON {MESSAGES}")
+        op.execute(f"DROP FUNCTION IF EXISTS {VECTOR_FUNCTION}()")
         op.execute(f"DROP INDEX IF EXISTS {SEARCH_INDEX}")
         op.execute(f"ALTER TABLE {MESSAGES} DROP COLUMN IF EXISTS {SEARCH_VECTOR_COLUMN}")
     elif name in ("mysql", "mariadb"):
