@@ -50,10 +50,17 @@ SEARCH_TOOL: dict[str, Any] = {
         "parameters": {
             "type": "object",
             "properties": {
-                "query": {"type": "string", "maxLength": MAX_QUERY_CHARS,
-                          "description": "Words to look for (all are required)."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
-                          "description": f"How many results, at most {MAX_LIMIT}."},
+                "query": {
+                    "type": "string",
+                    "maxLength": MAX_QUERY_CHARS,
+                    "description": "Words to look for (all are required).",
+                },
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_LIMIT,
+                    "description": f"How many results, at most {MAX_LIMIT}.",
+                },
             },
             "required": ["query"],
             "additionalProperties": False,
@@ -89,12 +96,15 @@ def _payload(results: list[SearchResult]) -> tuple[str, int]:
     """The answer for the model, with as many results as fit in MAX_RESULT_CHARS."""
     kept: list[dict[str, str]] = []
     for result in results:
-        candidate = [*kept, {
-            "conversation": clip(result.title, MAX_TITLE_CHARS),
-            "role": result.role,
-            "date": result.created_at.date().isoformat(),
-            "snippet": clip(result.snippet, MAX_SNIPPET_CHARS),
-        }]
+        candidate = [
+            *kept,
+            {
+                "conversation": clip(result.title, MAX_TITLE_CHARS),
+                "role": result.role,
+                "date": result.created_at.date().isoformat(),
+                "snippet": clip(result.snippet, MAX_SNIPPET_CHARS),
+            },
+        ]
         text = json.dumps({"status": "found", "notice": UNTRUSTED_NOTICE, "results": candidate})
         if len(text) > MAX_RESULT_CHARS:
             break
@@ -105,8 +115,9 @@ def _payload(results: list[SearchResult]) -> tuple[str, int]:
     return json.dumps(body), len(kept)
 
 
-def _answer(status: str, outcome: ToolOutcome, message: str, *, echo: bool = True,
-            code: str | None = None) -> SearchToolResult:
+def _answer(
+    status: str, outcome: ToolOutcome, message: str, *, echo: bool = True, code: str | None = None
+) -> SearchToolResult:
     body: dict[str, str] = {"status": status, "message": message}
     if code is not None:
         body["code"] = code
@@ -118,16 +129,25 @@ async def run_search_tool(ctx: TurnContext, raw_arguments: str) -> SearchToolRes
     register_tool_arguments(raw_arguments)  # the query is user content
     started = time.perf_counter()
     result = await _run(ctx, raw_arguments)
-    log.info("search.tool", outcome=result.outcome, result_count=result.result_count,
-             duration_ms=round((time.perf_counter() - started) * 1000, 1))
+    log.info(
+        "search.tool",
+        outcome=result.outcome,
+        result_count=result.result_count,
+        duration_ms=round((time.perf_counter() - started) * 1000, 1),
+    )
     return result
 
 
 async def _run(ctx: TurnContext, raw_arguments: str) -> SearchToolResult:
     parsed = parse_search_arguments(raw_arguments)
     if isinstance(parsed, ArgumentError):
-        return _answer("rejected", "rejected", parsed.reason, code=parsed.code,
-                       echo=parsed.code not in ("arguments_too_large", "arguments_too_deep"))
+        return _answer(
+            "rejected",
+            "rejected",
+            parsed.reason,
+            code=parsed.code,
+            echo=parsed.code not in ("arguments_too_large", "arguments_too_deep"),
+        )
     search, user_id = ctx.search, ctx.user_id
     if search is None or user_id is None:
         return _answer("unavailable", "none", "search unavailable: no earlier conversations")

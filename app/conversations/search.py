@@ -134,20 +134,17 @@ def _like(query: Select[Any], words: tuple[str, ...]) -> tuple[Select[Any], Scor
     return query.where(and_(*patterns)), literal(0)  # unranked: newest first
 
 
-def search(
-    connection: Connection,
+def statement(
+    dialect: str,
     user_id: str,
     words: tuple[str, ...],
     limit: int,
     *,
     exclude_turn_id: str | None = None,
     postgres_config: str = "simple",
-) -> list[SearchHit]:
-    """The caller's best-matching messages for `words` (all required), best first."""
-    if not words:
-        return []
+) -> Select[Any]:
+    """The query for `dialect` (a SQLAlchemy dialect name); `words` must not be empty."""
     query, conditions = _base(user_id, exclude_turn_id)
-    dialect = connection.dialect.name
     if dialect == "sqlite":
         matched, score = _sqlite(query, words, user_id)
     elif dialect == "postgresql":
@@ -165,9 +162,31 @@ def search(
         .limit(CANDIDATES)
         .subquery("candidates")
     )
-    statement = (
+    return (
         select(*(candidates.c[name] for name in HIT_COLUMNS))
         .order_by(candidates.c.score.desc(), candidates.c.id.desc())
         .limit(max(1, min(limit, MAX_RESULTS)))
     )
-    return [SearchHit(*row) for row in connection.execute(statement).all()]
+
+
+def search(
+    connection: Connection,
+    user_id: str,
+    words: tuple[str, ...],
+    limit: int,
+    *,
+    exclude_turn_id: str | None = None,
+    postgres_config: str = "simple",
+) -> list[SearchHit]:
+    """The caller's best-matching messages for `words` (all required), best first."""
+    if not words:
+        return []
+    query = statement(
+        connection.dialect.name,
+        user_id,
+        words,
+        limit,
+        exclude_turn_id=exclude_turn_id,
+        postgres_config=postgres_config,
+    )
+    return [SearchHit(*row) for row in connection.execute(query).all()]

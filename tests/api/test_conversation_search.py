@@ -21,8 +21,19 @@ from tests.support.tokens import dev_auth
 
 SEARCH = "conversation_search"
 CRAFTED = [
-    '"zebra', "zebra*", "NEAR(zebra stripes)", "zebra OR 1=1", "'; DROP TABLE x; --", "(((",
-    "zebra AND NOT stripes", "\x00zebra\x07", "%", "_", "z" * 3000, "日本語 zebra 🙂", "-zebra",
+    '"zebra',
+    "zebra*",
+    "NEAR(zebra stripes)",
+    "zebra OR 1=1",
+    "'; DROP TABLE x; --",
+    "(((",
+    "zebra AND NOT stripes",
+    "\x00zebra\x07",
+    "%",
+    "_",
+    "z" * 3000,
+    "日本語 zebra 🙂",
+    "-zebra",
 ]
 
 
@@ -38,8 +49,12 @@ def chat(url: str, user: str, message: str) -> list[Event]:
 
 
 def search(url: str, user: str, q: str, **params: Any) -> httpx.Response:
-    return httpx.get(f"{url}/v1/conversations/search", params={"q": q, **params},
-                     headers=dev_auth(user), timeout=30)
+    return httpx.get(
+        f"{url}/v1/conversations/search",
+        params={"q": q, **params},
+        headers=dev_auth(user),
+        timeout=30,
+    )
 
 
 def tool_answer(model: ScriptedModel, request_index: int) -> dict[str, Any]:
@@ -51,8 +66,9 @@ def tool_answer(model: ScriptedModel, request_index: int) -> dict[str, Any]:
 def test_the_route_finds_the_callers_messages_only(engine: Engine, db_url: str) -> None:
     """Best match first, the match marked, message ids given; bob's rows never, whatever the
     query text (crafted syntax is 200); a blank query is 422; no token is 401."""
-    model = ScriptedModel([Text("Zebra stripes are for cooling."), Text("Bob's zebra."),
-                           Text("Unrelated.")])
+    model = ScriptedModel(
+        [Text("Zebra stripes are for cooling."), Text("Bob's zebra."), Text("Unrelated.")]
+    )
     with serve_with_model(api_settings(db_url), model) as url:
         own = chat(url, "alice", "why do zebra have stripes")[0].data["conversation_id"]
         chat(url, "bob", "zebra stripes secret of bob")
@@ -66,8 +82,14 @@ def test_the_route_finds_the_callers_messages_only(engine: Engine, db_url: str) 
     results = found.json()["results"]
     assert found.status_code == 200 and len(results) == 2
     assert {r["conversation_id"] for r in results} == {own}
-    assert set(results[0]) == {"conversation_id", "message_id", "title", "role", "snippet",
-                               "created_at"}
+    assert set(results[0]) == {
+        "conversation_id",
+        "message_id",
+        "title",
+        "role",
+        "snippet",
+        "created_at",
+    }
     assert f"{MARK_OPEN}zebra{MARK_CLOSE}" in results[0]["snippet"].lower()
     assert all(isinstance(r["message_id"], int) for r in results)
     for query, response in zip(CRAFTED, crafted, strict=True):
@@ -95,12 +117,17 @@ def test_the_tool_answers_the_model_with_the_callers_bounded_results(
     """The results reach the model, labelled untrusted and bounded; bob's message and the
     turn's own message are not among them; an extra `user_id` (bob) changes nothing; the
     event counts the results; memory stays empty."""
-    model = ScriptedModel([
-        Text("Stored."), Text("Stored too."), Text("Bob stored."),
-        search_call({"query": "okapi", "limit": 10}), Text("Found it."),
-        search_call({"query": "okapi", "limit": 10, "user_id": "bob"}, "call_2"),
-        Text("Found it again."),
-    ])
+    model = ScriptedModel(
+        [
+            Text("Stored."),
+            Text("Stored too."),
+            Text("Bob stored."),
+            search_call({"query": "okapi", "limit": 10}),
+            Text("Found it."),
+            search_call({"query": "okapi", "limit": 10, "user_id": "bob"}, "call_2"),
+            Text("Found it again."),
+        ]
+    )
     with serve_with_model(api_settings(db_url), model) as url:
         chat(url, "alice", "the okapi enclosure is in zone four " + "long text " * 400)
         chat(url, "alice", "okapi feeding is at noon")
@@ -126,18 +153,28 @@ def test_the_tool_answers_the_model_with_the_callers_bounded_results(
 
 
 def test_bad_arguments_are_rejected_and_nothing_found_is_none(engine: Engine, db_url: str) -> None:
-    model = ScriptedModel([
-        search_call({"query": "   "}), Text("Bad."),
-        search_call({"query": "okapi", "limit": 11}), Text("Bad."),
-        search_call("not json"), Text("Bad."),
-        search_call({"query": "nothingmatchesthis"}), Text("None."),
-    ])
+    model = ScriptedModel(
+        [
+            search_call({"query": "   "}),
+            Text("Bad."),
+            search_call({"query": "okapi", "limit": 11}),
+            Text("Bad."),
+            search_call("not json"),
+            Text("Bad."),
+            search_call({"query": "nothingmatchesthis"}),
+            Text("None."),
+        ]
+    )
     with serve_with_model(api_settings(db_url), model) as url:
         events = [chat(url, "alice", f"question {n}") for n in range(4)]
     outcomes = [first(e, "tool").data for e in events]
     assert [o["outcome"] for o in outcomes] == ["rejected", "rejected", "rejected", "none"]
     assert [tool_answer(model, i)["status"] for i in (1, 3, 5, 7)] == [
-        "rejected", "rejected", "rejected", "none"]
+        "rejected",
+        "rejected",
+        "rejected",
+        "none",
+    ]
     assert all(o["result_count"] == 0 for o in outcomes)
     model.assert_done()
 
@@ -149,12 +186,16 @@ def test_offered_with_memory_off_and_never_to_the_eval_agent(engine: Engine, db_
     settings = api_settings(db_url, memory_enabled=False, eval_api_key="k" * 32)
     with serve_with_model(settings, model) as url:
         chat(url, "alice", "hello")
-        _, evaluated = post_chat(url, {"X-Eval-Key": "k" * 32}, {"message": "hi"},
-                                 path="/v1/eval/chat")
+        _, evaluated = post_chat(
+            url, {"X-Eval-Key": "k" * 32}, {"message": "hi"}, path="/v1/eval/chat"
+        )
     assert model.requests[0].tool_names == frozenset({SEARCH})
     assert model.requests[1].tools == ()
-    assert first(evaluated, "tool").data == {"name": SEARCH, "outcome": "rejected",
-                                            "result_count": 0}
+    assert first(evaluated, "tool").data == {
+        "name": SEARCH,
+        "outcome": "rejected",
+        "result_count": 0,
+    }
     assert tool_answer(model, 2)["code"] == "tool_not_offered"
     model.assert_done()
 

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy.dialects import mssql, mysql, postgresql, sqlite
+from sqlalchemy.engine import Dialect
 
 from app.agent.search_tool import parse_search_arguments
 from app.agent.tools import ArgumentError
+from app.conversations.search import statement
 from app.conversations.search_text import (
     MAX_QUERY_WORDS,
     mariadb_boolean,
@@ -52,10 +56,19 @@ def test_snippets_mark_matches_and_escape_the_marks_of_the_message() -> None:
 def test_tool_arguments_are_strict_and_the_owner_is_not_one() -> None:
     assert parse_search_arguments('{"query": "okapi"}') == ("okapi", 5)
     assert parse_search_arguments('{"query": "okapi", "limit": 2, "user_id": "bob"}') == (
-        "okapi", 2)
-    for bad in ('{"query": " "}', '{"query": 3}', '{"query": "x", "limit": 0}',
-                '{"query": "x", "limit": true}', '{"query": "x", "limit": 11}', "[]", "nope",
-                json.dumps({"query": "x" * 70_000})):
+        "okapi",
+        2,
+    )
+    for bad in (
+        '{"query": " "}',
+        '{"query": 3}',
+        '{"query": "x", "limit": 0}',
+        '{"query": "x", "limit": true}',
+        '{"query": "x", "limit": 11}',
+        "[]",
+        "nope",
+        json.dumps({"query": "x" * 70_000}),
+    ):
         assert isinstance(parse_search_arguments(bad), ArgumentError), bad
 
 
@@ -69,3 +82,18 @@ def test_the_offline_model_searches_on_its_trigger_only_when_offered() -> None:
     assert reply.calls[0].name == "conversation_search"
     assert not isinstance(ask("What did we discuss about billing?", ()), ToolCalls)
     assert not isinstance(ask("Tell me about billing", (SEARCH_TOOL,)), ToolCalls)
+
+
+@pytest.mark.parametrize(
+    "dialect",
+    [sqlite.dialect(), postgresql.dialect(), mysql.dialect(), mssql.dialect()],
+    ids=lambda d: d.name,
+)
+def test_every_dialect_compiles_with_the_query_and_owner_bound(dialect: Dialect) -> None:
+    """Each strategy compiles (SQL Server included, which no test server runs), and neither the
+    words nor the owner are ever spelled into the SQL: they are bound parameters."""
+    words = query_words("zyxwords plugh")
+    compiled = statement(dialect.name, "owner-qux-77", words, 10).compile(dialect=dialect)
+    sql = str(compiled)
+    assert "zyxwords" not in sql and "plugh" not in sql and "owner-qux-77" not in sql
+    assert any("zyxwords" in str(value) for value in compiled.params.values())
