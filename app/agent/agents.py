@@ -1,5 +1,6 @@
-"""The two agents: an authenticated one that may offer the memory tool and a memory-free one for
-evaluation. Each is a lazy singleton built behind an `asyncio.Lock` and disposed at shutdown."""
+"""The two agents: an authenticated one that may offer the memory and search tools and a
+memory-free one for evaluation (no tool at all). Each is a lazy singleton built behind an
+`asyncio.Lock` and disposed at shutdown."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from typing import Any, Literal
 
 import httpx
 
+from app.agent.events import SEARCH_TOOL_NAME
 from app.agent.llm import ModelClient, build_model_client
 from app.agent.prompts import MemoryView, PromptLibrary
+from app.agent.search_tool import SEARCH_TOOL
 from app.agent.tools import MEMORY_TOOL
+from app.memory.contract import MEMORY_TOOL_NAME
 from app.settings import Settings
 
 AgentName = Literal["chat", "eval"]
@@ -35,16 +39,20 @@ class Agent:
     def uses_memory(self) -> bool:
         return bool(self.registered_tools)
 
-    def for_turn(self, memory: MemoryView | None) -> Agent:
-        """A request-local copy with the compiled prompt and the tools offered this turn."""
+    def for_turn(self, memory: MemoryView | None, *, search: bool = False) -> Agent:
+        """A request-local copy with the compiled prompt and the tools offered this turn:
+        memory_update when the memory view offers it, conversation_search when `search`."""
         if memory is None or not self.uses_memory:
             return dataclasses.replace(
                 self, instructions=self.prompts.eval_prompt(self.prompt_version), tools=()
             )
-        offered = self.registered_tools if memory.tool_offered else ()
+        wanted = {MEMORY_TOOL_NAME: memory.tool_offered, SEARCH_TOOL_NAME: search}
+        offered = tuple(
+            tool for tool in self.registered_tools if wanted.get(str(tool["function"]["name"]))
+        )
         return dataclasses.replace(
             self,
-            instructions=self.prompts.system_prompt(self.prompt_version, memory),
+            instructions=self.prompts.system_prompt(self.prompt_version, memory, search=search),
             tools=offered,
         )
 
@@ -97,7 +105,7 @@ class AgentRegistry:
             model=build_model_client(self.settings, self.model_transport),
             prompts=self.prompts,
             prompt_version=version,
-            registered_tools=(MEMORY_TOOL,) if name == "chat" else (),
+            registered_tools=(MEMORY_TOOL, SEARCH_TOOL) if name == "chat" else (),
         )
 
     async def aclose(self) -> None:

@@ -6,6 +6,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
+from app.conversations.service import ConversationService
 from app.memory.ledger import MemoryLedger
 from app.memory.render import MemoryStatus
 from app.memory.rules import Snapshot
@@ -39,12 +40,20 @@ class TurnContext:
     cancel_event: threading.Event = field(default_factory=threading.Event)
     opened_at: float | None = None
     rejected_calls: int = 0
+    # The transcripts conversation_search reads (the owner's, by `user_id`); None: not offered.
+    search: ConversationService | None = None
+    search_timeout_seconds: float = 2.0
 
     @property
     def memory_tool_offered(self) -> bool:
         """The tool is offered whenever the flag is on; while memory is unavailable it answers
         that nothing can be saved rather than silently disappearing."""
         return self.user_id is not None and self.memory_status != "disabled"
+
+    @property
+    def search_tool_offered(self) -> bool:
+        """Search reads transcripts, not memory: offered whatever the memory status."""
+        return self.user_id is not None and self.search is not None
 
     @property
     def writes_enabled(self) -> bool:

@@ -9,7 +9,8 @@ from app.memory.contract import MEMORY_TOOL_NAME
 from app.memory.render import MemoryStatus
 from app.memory.rules import MemoryUsage
 
-ToolOutcome = Literal["staged", "rejected", "unavailable"]
+ToolOutcome = Literal["staged", "rejected", "unavailable", "found", "none"]
+SEARCH_TOOL_NAME = "conversation_search"
 CommitOutcome = Literal["committed", "proposed", "none", "failed"]
 FinishReason = Literal["stop", "length", "tool_limit"]
 
@@ -40,19 +41,25 @@ class DeltaEvent:
 
 @dataclass(frozen=True)
 class ToolEvent:
-    """After each memory tool call. Never carries memory content."""
+    """After each tool call. Never carries content: the memory tool reports how many operations
+    it received (`operation_count`), the search tool how many results it returned
+    (`result_count`, see `search`)."""
 
     outcome: ToolOutcome
     operation_count: int
     tool_name: str = MEMORY_TOOL_NAME
+    count_key: Literal["operation_count", "result_count"] = "operation_count"
     name: Literal["tool"] = "tool"
 
+    @classmethod
+    def search(cls, outcome: ToolOutcome, result_count: int) -> ToolEvent:
+        return cls(outcome, result_count, SEARCH_TOOL_NAME, "result_count")
+
+    def counts(self) -> dict[str, int]:
+        return {self.count_key: self.operation_count}
+
     def data(self) -> dict[str, Any]:
-        return {
-            "name": self.tool_name,
-            "outcome": self.outcome,
-            "operation_count": self.operation_count,
-        }
+        return {"name": self.tool_name, "outcome": self.outcome, **self.counts()}
 
 
 @dataclass(frozen=True)

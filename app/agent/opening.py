@@ -58,6 +58,8 @@ async def open_turn(
         baseline=memory.snapshot,
         cancel_event=cancel_event,
         opened_at=opened_at,
+        search=services.search if request.user_id is not None else None,
+        search_timeout_seconds=services.settings.search_timeout_seconds,
     )
 
 

@@ -55,8 +55,10 @@ class PromptLibrary:
     def template(self, kind: PromptKind, version: str) -> Template:
         return self.environment.get_template(f"{kind}/{version}.md.j2")
 
-    def system_prompt(self, version: str, memory: MemoryView) -> str:
-        return self.template("system", version).render(**memory.variables()).strip()
+    def system_prompt(self, version: str, memory: MemoryView, *, search: bool = False) -> str:
+        """`search`: whether conversation_search is offered (templates before v2 ignore it)."""
+        variables = {**memory.variables(), "search_tool": search}
+        return self.template("system", version).render(**variables).strip()
 
     def eval_prompt(self, version: str) -> str:
         return self.template("eval", version).render().strip()

@@ -40,9 +40,11 @@ class TurnRequest:
 @dataclass(frozen=True)
 class TurnServices:
     """What the turn may touch. The memory-free route passes settings only: with no memory
-    service, flag store or transcript, nothing there can be read or written."""
+    service, flag store or transcript, nothing there can be read or written. `search` is the
+    transcript store the conversation_search tool reads (None: the tool is not offered)."""
 
     settings: Settings
     memory: MemoryService | None = None
     flags: FlagStore | None = None
     conversations: ConversationService | None = None
+    search: ConversationService | None = None

@@ -21,10 +21,18 @@ import structlog
 
 from app.agent.agents import Agent
 from app.agent.context import TurnContext
-from app.agent.events import DeltaEvent, FinishReason, ToolEvent, TurnEvent, Usage
+from app.agent.events import (
+    SEARCH_TOOL_NAME,
+    DeltaEvent,
+    FinishReason,
+    ToolEvent,
+    TurnEvent,
+    Usage,
+)
 from app.agent.llm import Message, ModelFailure, RoundResult, ToolCallRequest
 from app.agent.prompts import MemoryView
 from app.agent.request import TurnRequest
+from app.agent.search_tool import run_search_tool
 from app.agent.steps import FinalOutput, RunTools, ToolLimit, next_step
 from app.agent.tools import run_memory_tool, unknown_tool_result
 from app.memory.contract import MEMORY_TOOL_NAME
@@ -65,7 +73,8 @@ async def run_rounds(
     memory = None
     if ctx.user_id is not None and shared.uses_memory:
         memory = MemoryView(ctx.memory_status, ctx.baseline, ctx.memory_tool_offered)
-    agent = shared.for_turn(memory)  # request-local copy; the shared agent is untouched
+    # A request-local copy; the shared agent is untouched.
+    agent = shared.for_turn(memory, search=ctx.search_tool_offered)
     messages = _initial_messages(agent, request)
     for round_number in range(1, max_rounds + 1):
         progress.rounds = round_number
@@ -77,7 +86,7 @@ async def run_rounds(
             case ToolLimit():
                 return "tool_limit"
             case RunTools(text=text, calls=calls):
-                results = [_run_tool(ctx, agent, call, emit) for call in calls]
+                results = [await _run_tool(ctx, agent, call, emit) for call in calls]
                 messages.append(_assistant_message(text, calls, results))
                 messages.extend(
                     {"role": "tool", "tool_call_id": call.id, "content": content}
@@ -135,7 +144,7 @@ async def _model_round(
         return result
 
 
-def _run_tool(
+async def _run_tool(
     ctx: TurnContext, agent: Agent, call: ToolCallRequest, emit: Emit
 ) -> tuple[str, bool]:
     """The tool's answer for the model, and whether its arguments may be echoed back to it
@@ -144,7 +153,13 @@ def _run_tool(
     if call.name not in offered:
         if call.name == MEMORY_TOOL_NAME:
             emit(ToolEvent("rejected", 0))
-        return unknown_tool_result(call.name == MEMORY_TOOL_NAME), False
+        elif call.name == SEARCH_TOOL_NAME:
+            emit(ToolEvent.search("rejected", 0))
+        return unknown_tool_result(call.name), False
+    if call.name == SEARCH_TOOL_NAME:
+        found = await run_search_tool(ctx, call.arguments)
+        emit(ToolEvent.search(found.outcome, found.result_count))
+        return found.content, found.echo_arguments
     result = run_memory_tool(ctx, call.arguments)
     emit(ToolEvent(result.outcome, result.operation_count))
     return result.content, result.echo_arguments

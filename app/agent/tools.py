@@ -12,7 +12,7 @@ import structlog
 from opentelemetry import trace
 
 from app.agent.context import MAX_REJECTED_CALLS, TurnContext
-from app.agent.events import ToolOutcome
+from app.agent.events import SEARCH_TOOL_NAME, ToolOutcome
 from app.memory.contract import MEMORY_TOOL_NAME, operations_schema
 from app.memory.ledger import stage_operations
 from app.memory.parsing import parse_operations
@@ -197,9 +197,10 @@ def _run(ctx: TurnContext, raw_arguments: str) -> tuple[ToolResult, dict[str, in
     return ToolResult("staged", len(operations), json.dumps(staged)), targets
 
 
-def unknown_tool_result(name_known: bool) -> str:
+def unknown_tool_result(name: str) -> str:
     """The answer to a call of a tool that this turn does not offer."""
-    reason = f"{MEMORY_TOOL_NAME} is not available in this conversation." if name_known else (
+    known = name in (MEMORY_TOOL_NAME, SEARCH_TOOL_NAME)
+    reason = f"{name} is not available in this conversation." if known else (
         "No such tool is available."
     )
     return json.dumps({"status": "rejected", "code": "tool_not_offered", "reason": reason})

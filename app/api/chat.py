@@ -158,6 +158,7 @@ async def chat(
             memory=runtime.memory,
             flags=runtime.flags,
             conversations=runtime.conversations,
+            search=runtime.conversations,
         ),
     )
     return respond(stream_turn(turn), ai_sdk)

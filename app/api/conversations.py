@@ -1,17 +1,21 @@
-"""The caller's conversation transcripts: list, read, delete. Another user's id is a 404."""
+"""The caller's conversation transcripts: list, search, read, delete. Another user's id is a
+404; a search reads the caller's messages only."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from starlette.responses import Response
 
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import error_responses
 from app.api.timestamps import iso_utc
 from app.conversations.repository import Conversation
-from app.errors import NotFound
+from app.conversations.search import MAX_RESULTS
+from app.conversations.service import SearchResult
+from app.db.deadline import DeadlineExceededError, within
+from app.errors import NotFound, ServiceUnavailable, Unprocessable
 
 router = APIRouter(tags=["conversations"])
 
@@ -33,6 +37,42 @@ def _summary(conversation: Conversation) -> dict[str, Any]:
 async def list_conversations(user: CurrentUser, runtime: RuntimeDep) -> dict[str, Any]:
     conversations = await runtime.conversations.list_for(user.subject)
     return {"conversations": [_summary(conversation) for conversation in conversations]}
+
+
+def _result(result: SearchResult) -> dict[str, Any]:
+    return {
+        "conversation_id": result.conversation_id,
+        "message_id": result.message_id,
+        "title": result.title,
+        "role": result.role,
+        "snippet": result.snippet,
+        "created_at": iso_utc(result.created_at),
+    }
+
+
+# Declared before /v1/conversations/{conversation_id}, which would otherwise take "search".
+@router.get(
+    "/v1/conversations/search",
+    summary="Search the caller's messages, best match first",
+    responses=error_responses(401, 422, 503),
+)
+async def search_conversations(
+    user: CurrentUser,
+    runtime: RuntimeDep,
+    q: str = Query(default="", description="Any text: searched as words, never as syntax"),
+    limit: int = Query(default=10, ge=1, le=MAX_RESULTS),
+) -> dict[str, Any]:
+    if not q.strip():
+        raise Unprocessable("Give the text to search for in q.", code="empty_query")
+    seconds = runtime.settings.search_timeout_seconds
+    try:
+        results = await within(
+            seconds, lambda: runtime.conversations.search(user.subject, q, limit),
+            what="conversation search",
+        )
+    except DeadlineExceededError as error:
+        raise ServiceUnavailable("Search is unavailable right now; try again.") from error
+    return {"results": [_result(result) for result in results]}
 
 
 @router.get(

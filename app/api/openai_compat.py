@@ -112,8 +112,14 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
             store_transcript=False,  # the client keeps the conversation
             sampling=wanted.sampling,
         ),
-        # No conversation service: nothing on this route is stored as a transcript.
-        TurnServices(settings=settings, memory=runtime.memory, flags=runtime.flags),
+        # No conversation service: nothing on this route is stored as a transcript; the search
+        # tool still reads the caller's transcripts that /v1/chat stored.
+        TurnServices(
+            settings=settings,
+            memory=runtime.memory,
+            flags=runtime.flags,
+            search=runtime.conversations,  # the same turn: it may search stored transcripts
+        ),
     )
     completion = Completion(
         id=f"chatcmpl-{turn.turn_id.replace('-', '')}",

@@ -100,7 +100,7 @@ class UiChunkEncoder:
                 chunks.append({"type": "text-delta", "id": self._text_id, "delta": event.text})
                 return chunks
             case ToolEvent():
-                # The memory call is shown without its content: only counts and the outcome.
+                # A tool call is shown without its content: only counts and the outcome.
                 # A tool call ends the model round, as in the AI SDK's own server-tool streams,
                 # so that `lastAssistantMessageIsCompleteWithToolCalls` never re-sends the turn.
                 self._tool_count += 1
@@ -110,15 +110,12 @@ class UiChunkEncoder:
                     "type": "tool-input-available",
                     "toolCallId": call_id,
                     "toolName": event.tool_name,
-                    "input": {"operation_count": event.operation_count},
+                    "input": event.counts(),
                 })
                 chunks.append({
                     "type": "tool-output-available",
                     "toolCallId": call_id,
-                    "output": {
-                        "outcome": event.outcome,
-                        "operation_count": event.operation_count,
-                    },
+                    "output": {"outcome": event.outcome, **event.counts()},
                 })
                 return [*chunks, *self._close_step()]
             case MemoryEvent():

@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 
 import structlog
 from sqlalchemy import Engine
 
-from app.conversations import repository
+from app.conversations import repository, search
 from app.conversations.repository import Conversation, MessageStatus, Role, StoredMessage
+from app.conversations.search_text import query_words, snippet
+from app.telemetry.sensitive import register_search
 
 log = structlog.get_logger(__name__)
 
@@ -36,9 +40,22 @@ def title_for(message: str) -> str:
     return first_line[:TITLE_CHARS].strip() or "New conversation"
 
 
+@dataclass(frozen=True)
+class SearchResult:
+    """One matching message of the owner's: where it is, and a snippet with matches marked."""
+
+    message_id: int
+    conversation_id: str
+    title: str
+    role: str
+    snippet: str
+    created_at: datetime
+
+
 class ConversationService:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, search_config: str = "simple") -> None:
         self.engine = engine
+        self.search_config = search_config  # PostgreSQL's text search configuration
 
     # -- reads and deletes for the owner (errors propagate: the routes answer them) ------------
 
@@ -82,6 +99,34 @@ class ConversationService:
 
     async def delete(self, user_id: str, conversation_id: str) -> bool:
         return await asyncio.to_thread(self._delete, user_id, conversation_id)
+
+    def _search(
+        self, user_id: str, query: str, limit: int, exclude_turn_id: str | None
+    ) -> list[SearchResult]:
+        register_search(query, ())
+        words = query_words(query)
+        if not words:
+            return []
+        with self.engine.connect() as connection:
+            hits = search.search(
+                connection, user_id, words, limit,
+                exclude_turn_id=exclude_turn_id, postgres_config=self.search_config,
+            )
+        results = [
+            SearchResult(hit.message_id, hit.conversation_id, hit.title, hit.role,
+                         snippet(hit.content, words), hit.created_at)
+            for hit in hits
+        ]
+        register_search(query, (text for hit, result in zip(hits, results, strict=True)
+                                for text in (hit.content, hit.title, result.snippet)))
+        return results
+
+    async def search(
+        self, user_id: str, query: str, limit: int, *, exclude_turn_id: str | None = None
+    ) -> list[SearchResult]:
+        """The owner's best-matching messages for `query`, read as words (never as syntax);
+        `exclude_turn_id` leaves out one turn's messages (the turn that is searching)."""
+        return await asyncio.to_thread(self._search, user_id, query, limit, exclude_turn_id)
 
     # -- best-effort writes during a turn ------------------------------------------------------
 

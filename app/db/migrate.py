@@ -32,7 +32,7 @@ from sqlalchemy import (
     select,
 )
 
-from app.db.schema import PREFIX, metadata
+from app.db.schema import PREFIX, is_search_object, metadata
 
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -52,6 +52,8 @@ def owns_table(name: str | None) -> bool:
 
 
 def _include_name(name: str | None, type_: str, _parents: Mapping[str, Any]) -> bool:
+    if is_search_object(name):
+        return False  # each dialect's own search objects, outside the metadata (revision 0006)
     return owns_table(name) if type_ == "table" else True
 
 

@@ -7,6 +7,7 @@ database with other applications without a collision.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from sqlalchemy import (
@@ -152,3 +153,32 @@ memory_preferences = Table(
     CheckConstraint("save_mode IN ('auto', 'ask')", name=f"ck_{PREFIX}memory_preferences_mode"),
     **MYSQL_OPTIONS,
 )
+
+# Full-text search objects (revision 0006, app/conversations/search.py). They are not in the
+# metadata because each dialect has its own: the FTS5 table (and its shadow tables) on SQLite,
+# a generated tsvector column and its GIN index on PostgreSQL, a FULLTEXT index on MariaDB.
+SEARCH_FTS_TABLE = f"{PREFIX}message_search"
+SEARCH_VECTOR_COLUMN = "search_vector"
+SEARCH_INDEX = f"ix_{PREFIX}conversation_messages_search"
+# SQLite's FTS5 table indexes each message's owner as one token, `u` and the hex of the id's
+# UTF-8 bytes (letters and digits only: the tokenizer keeps it whole); `owner_token` is the same.
+OWNER_TOKEN_SQL = "'u' || hex(user_id)"
+
+
+# PostgreSQL's tsvector holds the owner as one lexeme, `u` and the md5 of the id (a fixed size).
+POSTGRES_OWNER_SQL = "'u' || md5(user_id)"
+
+
+def owner_token(user_id: str) -> str:
+    return "u" + user_id.encode("utf-8").hex()
+
+
+def postgres_owner_lexeme(user_id: str) -> str:
+    return "u" + hashlib.md5(user_id.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def is_search_object(name: str | None) -> bool:
+    """Whether a table, column or index belongs to the search engines (not to the metadata)."""
+    return name is not None and (
+        name.startswith(SEARCH_FTS_TABLE) or name in (SEARCH_VECTOR_COLUMN, SEARCH_INDEX)
+    )

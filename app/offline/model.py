@@ -1,5 +1,7 @@
 """The offline model's answers: deterministic, read from the system prompt it is given and the
-last message; it saves facts with `memory_update` when the tool is offered and says plainly that
+last message; it saves facts with `memory_update` when the tool is offered, searches earlier
+conversations with `conversation_search` when asked "what did we discuss about X" (also "talk
+about", "say about", "decide about", or "search my conversations for X"), and says plainly that
 it is the offline model otherwise."""
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from app.agent.events import SEARCH_TOOL_NAME as SEARCH_TOOL
 from app.memory.contract import MEMORY_TOOL_NAME as MEMORY_TOOL
 from app.memory.render import CLOSE_TAG, OPEN_TAG
 from app.memory.rules import SEPARATOR
@@ -30,6 +33,12 @@ _I_CLAUSE = re.compile(r"^i\s+(?P<rest>.+)$", re.I | re.S)
 _NAME = re.compile(r"\bmy name is\s+(?P<name>[^.!?\n]+)", re.I)
 _FORGET = re.compile(
     r"^(?:please\s+)?forget(?:\s+(?:that|about|the fact that))?\s+(?P<phrase>.+)$", re.I | re.S
+)
+_SEARCH = re.compile(
+    r"^(?:(?:what|when) did (?:we|i) "
+    r"(?:discuss(?: about)?|talk about|say about|decide about)"
+    r"|search (?:my|our) (?:conversations|history) for)\s+(?P<topic>.+?)[\s?.!]*$",
+    re.I | re.S,
 )
 _HEADING = re.compile(r"^(USER PROFILE|AGENT MEMORY) \[.*\]$", re.M)
 _IRREGULAR = {"am": "is", "have": "has", "do": "does", "go": "goes", "was": "was", "can": "can",
@@ -101,6 +110,31 @@ def _called_remove(message: Mapping[str, Any]) -> bool:
     return False
 
 
+def _called(message: Mapping[str, Any], name: str) -> bool:
+    calls = message.get("tool_calls") or ()
+    return any(call.get("function", {}).get("name") == name for call in calls)
+
+
+def _after_search(result: str) -> str:
+    """The search results, quoted as found (snippets already bounded by the tool)."""
+    try:
+        payload = json.loads(result)
+    except ValueError:
+        payload = {}
+    found = payload.get("results") if isinstance(payload, dict) else None
+    if not isinstance(found, list) or not found:
+        status = payload.get("status") if isinstance(payload, dict) else None
+        if status == "unavailable":
+            return "Search is unavailable right now, so I cannot look that up."
+        return "I found nothing about that in our earlier conversations."
+    quotes = [
+        f'In "{item.get("conversation", "")}" ({item.get("role", "")}, {item.get("date", "")}): '
+        f'{item.get("snippet", "")}'
+        for item in found if isinstance(item, dict)
+    ]
+    return "From our earlier conversations:\n\n" + "\n\n".join(quotes)
+
+
 class OfflineModel:
     """Reads the system prompt it is given and the last message; answers deterministically."""
 
@@ -110,13 +144,19 @@ class OfflineModel:
     def reply(self, request: ChatRequest) -> Reply:
         last = request.messages[-1] if request.messages else {}
         if last.get("role") == "tool":
-            removed = _called_remove(request.messages[-2] if len(request.messages) > 1 else {})
-            return Text(self._after_tool(content_text(last.get("content")), removed))
+            before = request.messages[-2] if len(request.messages) > 1 else {}
+            if _called(before, SEARCH_TOOL):
+                return Text(_after_search(content_text(last.get("content"))))
+            return Text(self._after_tool(content_text(last.get("content")), _called_remove(before)))
         text = content_text(last.get("content")).strip()
         lowered = text.lower()
         can_write = MEMORY_TOOL in request.tool_names
         entries = memory_entries(request.system_text())
 
+        search = _SEARCH.match(text)
+        if search and SEARCH_TOOL in request.tool_names:
+            arguments = {"query": search.group("topic"), "limit": 3}
+            return ToolCalls((ToolCall(SEARCH_TOOL, arguments, self._call_id(request)),))
         if "what do you remember" in lowered:
             return Text(self._recall(entries))
         forget = _FORGET.match(text)

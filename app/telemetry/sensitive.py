@@ -145,6 +145,11 @@ def register_memory(snapshot: Any) -> None:
     register_sensitive(*getattr(snapshot, "user", ()), *getattr(snapshot, "memory", ()))
 
 
+def register_search(query: str, texts: Iterable[str]) -> None:
+    """A conversation search: its query and the texts it found (messages, titles, snippets)."""
+    register_sensitive(query, *texts)
+
+
 def register_operations(batches: Iterable[Iterable[Any]]) -> None:
     """The `match` and `content` strings of staged memory operations."""
     register_sensitive(

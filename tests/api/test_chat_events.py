@@ -69,7 +69,7 @@ def test_rejected_tool_call_commits_nothing(db: Engine, sqlite_url: str) -> None
 
 
 def test_flag_off_offers_no_tool(db: Engine, sqlite_url: str) -> None:
-    """Status disabled: no tool in the request, no block in the prompt, memory(none)."""
+    """Status disabled: no memory tool in the request, no block in the prompt, memory(none)."""
     with db.begin() as connection:
         connection.execute(insert(agent_memory).values(
             user_id="alice", memory_type="user", content="The user likes sentinel-off."))
@@ -79,7 +79,8 @@ def test_flag_off_offers_no_tool(db: Engine, sqlite_url: str) -> None:
         _, events = post_chat(url, dev_auth("alice"), {"message": "hi"})
     assert without_deltas(events) == ["start", "delta", "memory", "done"]
     assert events[0].data["memory"] == {"status": "disabled"}
-    assert model.requests[0].tools == ()
+    # Only conversation search, which reads transcripts, not memory.
+    assert model.requests[0].tool_names == {"conversation_search"}
     assert "sentinel-off" not in model.requests[0].system_text()
     model.assert_done()
 

@@ -387,7 +387,7 @@ def test_while_the_flag_is_off_memory_reads_as_disabled_with_its_stored_counts(
     assert first(events, "start").data["memory"] == {"status": "disabled"}
     assert first(events, "memory").data == {
         "outcome": "none", "user_characters": len(FACT["content"]), "memory_characters": 0}
-    assert model.requests[0].tools == ()
+    assert model.requests[0].tool_names == {"conversation_search"}  # no memory tool
     assert FACT["content"] not in model.requests[0].system_text()
     model.assert_done()
 

@@ -24,7 +24,7 @@ from app.db.migrate import (
     head_revision,
     upgrade,
 )
-from app.db.schema import metadata
+from app.db.schema import is_search_object, metadata
 from app.memory.service import MemoryService
 from tests.support.databases import mariadb_database, postgres_database
 from tests.support.memory_db import add
@@ -78,7 +78,8 @@ def versions(engine: Engine, table: str) -> list[str] | None:
 
 
 def tables(engine: Engine) -> set[str]:
-    return set(inspect(engine).get_table_names())
+    """The tables, leaving out the search engine's own (SQLite's FTS5 tables, revision 0006)."""
+    return {name for name in inspect(engine).get_table_names() if not is_search_object(name)}
 
 
 def seed_previous_release(engine: Engine) -> None:

@@ -54,6 +54,8 @@ OPENAI_HISTORY = "SNTL-3H1-history-KOALA-57"
 OPENAI_MEMORY = "SNTL-7P4-part-memory-EGRET-64"
 OPENAI_STREAMED = "SNTL-2S6-streamed-BISON-88"
 OPENAI_REFUSED = "SNTL-8X3-refused-tool-DINGO-31"
+SEARCH_QUERY = "SNTL-4Q8-search-query-MANATEE-12"
+SEARCH_RESULT = "SNTL-6R2-search-result-PANGOLIN-77"
 # Not content: logged on purpose through an ordinary path, to prove every channel is searched.
 CANARY = "CANARY-searchable-PELICAN-00"
 
@@ -74,6 +76,8 @@ SENTINELS = [
     OPENAI_MEMORY,
     OPENAI_STREAMED,
     OPENAI_REFUSED,
+    SEARCH_QUERY,
+    SEARCH_RESULT,
 ]
 DEADLINE_SECONDS = 20.0
 
@@ -232,6 +236,16 @@ def drive_every_channel(client: Client) -> None:
     client.complete({"model": OFFLINE_MODEL_NAME, "messages": [{"role": "user", "content": "x"}],
                      "tools": [{"type": "function", "function": {
                          "name": "lookup", "description": OPENAI_REFUSED}}]}, status=400)
+    # Conversation search: a query through the route; a stored message found by the tool (the
+    # offline model searches on "what did we discuss about ...") and quoted in the answer.
+    response = httpx.get(f"{client.base}/v1/conversations/search", headers=client.auth,
+                         params={"q": f"okapi {SEARCH_QUERY}"}, timeout=30)
+    assert response.status_code == 200, response.text
+    events = client.chat(f"The aardvark project codename is {SEARCH_RESULT}")
+    assert names(events)[-1] == "done"
+    events = client.chat("What did we discuss about the aardvark?")
+    assert any(e.event == "tool" and e.data["outcome"] == "found" for e in events)
+    assert SEARCH_RESULT in json.dumps([e.data for e in events])  # the result reached the model
     # A cancelled turn: disconnect once the edit is staged and the model hangs.
     events = client.chat_until(f"Save this then hang {CANCELLED_MESSAGE}", stop_at="tool")
     assert events[-1].data["outcome"] == "staged"
@@ -370,7 +384,9 @@ def test_capture_flag_adds_content_only_to_the_approved_attributes(run: Captured
         captured_values.extend(str(value) for value in approved.values())
         rest = span_text(span).replace(json.dumps(approved), "")
         for value in approved.values():
-            rest = rest.replace(str(value), "").replace(json.dumps(str(value))[1:-1], "")
+            # Raw, JSON-escaped and repr-escaped (a multi-line answer: quoted search results).
+            for form in (str(value), json.dumps(str(value))[1:-1], repr(str(value))[1:-1]):
+                rest = rest.replace(form, "")
         assert [s for s in SENTINELS if s in rest] == [], span.name
     joined = "\n".join(captured_values)
     assert USER_MESSAGE in joined and REJECTED_ARGUMENTS in joined

@@ -108,3 +108,14 @@ def test_the_tool_schema_the_model_sees_is_pinned() -> None:
         },
         "required": ["operations"],
     }
+
+
+def test_v2_tells_when_to_search_only_when_the_tool_is_offered() -> None:
+    """The search policy (when to search, when not, untrusted results) shows only while
+    conversation_search is offered; v1 renders the same with or without it."""
+    library, view = PromptLibrary(), MemoryView("available", SNAPSHOT, True)
+    offered = library.system_prompt("v2", view, search=True)
+    assert "conversation_search" in offered and "Do not search" in offered
+    assert "UNTRUSTED" in offered and "not memory" in offered
+    assert "conversation_search" not in library.system_prompt("v2", view, search=False)
+    assert library.system_prompt("v1", view, search=True) == library.system_prompt("v1", view)

@@ -7,6 +7,7 @@ import { Chat } from "./chat/chat.js";
 import { Follower } from "./chat/follow.js";
 import { MessageView } from "./chat/messages.js";
 import { ConversationList } from "./conversations.js";
+import { ConversationSearch } from "./search.js";
 import { closeDialogs } from "./dialog.js";
 import { $, drawIcons, focusQuietly } from "./dom.js";
 import { Drawers } from "./drawers.js";
@@ -42,6 +43,15 @@ const conversations = new ConversationList({
   empty: $("conversations-empty"),
   onOpen: (id) => chat.open(id),
   onDeleted: (id) => chat.deleted(id),
+  onError: (text) => chatNotice.show(text, "error"),
+});
+const search = new ConversationSearch({
+  form: $("conversation-search"),
+  input: $("conversation-search-input"),
+  results: $("search-results"),
+  list: $("conversation-list"),
+  empty: $("conversations-empty"),
+  onOpen: (id, hit) => chat.open(id, hit),
   onError: (text) => chatNotice.show(text, "error"),
 });
 const composer = new Composer({
@@ -97,7 +107,7 @@ async function signIn(token) {
   client = new ApiClient(token, { onUnauthorized: () => signOut(SESSION_ENDED) });
   const subject = subjectOf(token) || "unknown user";
   keepToken(token);
-  for (const part of [conversations, memory, chat]) part.attach(client);
+  for (const part of [conversations, search, memory, chat]) part.attach(client);
   $("account-name").textContent = subject;
   $("account-avatar").textContent = subject.slice(0, 1).toUpperCase();
   $("account").hidden = false;
@@ -117,6 +127,7 @@ function signOut(message = "") {
   closeDialogs();
   chat.reset();
   conversations.reset();
+  search.reset();
   memory.reset();
   chatNotice.clear();
   drawers.close({ restoreFocus: false });

@@ -39,7 +39,8 @@ export class Chat {
     this.composer.focus();
   }
 
-  async open(id) {
+  // `hit` (a search result: role and created_at of one message) opens the conversation there.
+  async open(id, hit = null) {
     if (this.turn) return;
     const ticket = ++this.opening;
     let conversation;
@@ -53,6 +54,10 @@ export class Chat {
     this.conversationId = id;
     this.notice.clear();
     this.view.showTranscript(conversation.messages);
+    if (hit) {
+      this.view.reveal(conversation.messages.findIndex(
+        (message) => message.role === hit.role && message.created_at === hit.created_at));
+    }
     this.conversations.markCurrent(id);
     this.onNavigate();
     this.composer.focus();

@@ -151,6 +151,18 @@ export class MessageView {
     this.follower.reset();
   }
 
+  // A search hit: the message at `index` of the transcript, scrolled to and marked (following
+  // stops, so the view stays there until the person scrolls or jumps to the latest).
+  reveal(index) {
+    const item = this.list.children[index];
+    if (!item) return;
+    item.classList.add("search-hit-message");
+    this.follower.pinned = false;
+    item.scrollIntoView({ block: "center" });
+    this.follower.lastTop = this.follower.scroller.scrollTop;
+    this.follower.update();
+  }
+
   // While an answer streams the log is busy: screen readers announce it once it is complete
   // rather than token by token.
   setBusy(busy) {

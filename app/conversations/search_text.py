@@ -1,0 +1,153 @@
+"""Pure text rules of conversation search: how any query text becomes words, how each engine's
+query is spelled from those words alone, and how a matched message becomes a marked snippet.
+
+Search syntax in a query (quotes, `*`, `NEAR`, `AND`/`OR`/`NOT`, parentheses, SQL) is never
+passed to an engine: the query is cut into words (runs of letters and digits), and each engine's
+query is built from those words, which hold no operator character, and bound as a parameter.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MAX_QUERY_CHARS = 200  # longer text is cut here (still searched), never refused
+MAX_QUERY_WORDS = 12
+MAX_WORD_CHARS = 64
+SNIPPET_CHARS = 160
+# The marking of a matched word in a snippet; the same characters in the message itself are
+# shown as single guillemets, so a marker in a snippet always means a match.
+MARK_OPEN, MARK_CLOSE = "\u00ab", "\u00bb"  # « »
+_ESCAPED_MARKS = str.maketrans({MARK_OPEN: "\u2039", MARK_CLOSE: "\u203a"})  # ‹ ›
+ELLIPSIS = "\u2026"
+
+_WORD = re.compile(r"[^\W_]+")
+# InnoDB's FULLTEXT index leaves out words shorter than innodb_ft_min_token_size (3) and its
+# default stopwords (INFORMATION_SCHEMA.INNODB_FT_DEFAULT_STOPWORD); a query for one of them
+# would match nothing through the index.
+MARIADB_MIN_WORD = 3
+MARIADB_STOPWORDS = frozenset(
+    [
+        "a",
+        "about",
+        "an",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "com",
+        "de",
+        "en",
+        "for",
+        "from",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "la",
+        "of",
+        "on",
+        "or",
+        "that",
+        "the",
+        "this",
+        "to",
+        "was",
+        "what",
+        "when",
+        "where",
+        "who",
+        "will",
+        "with",
+        "und",
+        "www",
+    ]
+)
+
+
+def query_words(text: str) -> tuple[str, ...]:
+    """The distinct lower-case words of a query, in order, bounded in number and length."""
+    words: list[str] = []
+    for match in _WORD.finditer(text[:MAX_QUERY_CHARS]):
+        word = match.group().lower()[:MAX_WORD_CHARS]
+        if word not in words:
+            words.append(word)
+        if len(words) == MAX_QUERY_WORDS:
+            break
+    return tuple(words)
+
+
+def sqlite_match(words: tuple[str, ...]) -> str:
+    """FTS5: every word as a quoted prefix term, all required (implicit AND)."""
+    return " ".join(f'"{word}"*' for word in words)
+
+
+def postgres_tsquery(words: tuple[str, ...]) -> str:
+    """`to_tsquery` text: every word quoted, as a prefix, all required."""
+    return " & ".join(f"'{word}':*" for word in words)
+
+
+def mariadb_indexed(words: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(
+        word for word in words if len(word) >= MARIADB_MIN_WORD and word not in MARIADB_STOPWORDS
+    )
+
+
+def mariadb_boolean(words: tuple[str, ...]) -> str:
+    """BOOLEAN MODE: every indexable word required, as a prefix."""
+    return " ".join(f"+{word}*" for word in words)
+
+
+def like_pattern(word: str) -> str:
+    """A LIKE pattern for `word` anywhere (ESCAPE '\\'); words hold no wildcard, but be sure."""
+    escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+@dataclass(frozen=True)
+class _Hit:
+    start: int
+    end: int
+
+
+def _hits(content: str, words: tuple[str, ...]) -> list[_Hit]:
+    """Words of `content` that start with a query word (the engines match prefixes)."""
+    lowered = [(match, match.group().lower()) for match in _WORD.finditer(content)]
+    return [
+        _Hit(match.start(), match.end())
+        for match, word in lowered
+        if any(word.startswith(query) for query in words)
+    ]
+
+
+def snippet(content: str, words: tuple[str, ...], size: int = SNIPPET_CHARS) -> str:
+    """About `size` characters of `content` around its first match, matches marked « », cuts
+    shown as an ellipsis, whitespace collapsed. Without a match (an engine that folds accents
+    or stems), the start of the message."""
+    hits = _hits(content, words)
+    first = hits[0].start if hits else 0
+    start = max(0, first - size // 3)
+    end = min(len(content), start + size)
+    start = max(0, min(start, end - size))
+    pieces: list[str] = [ELLIPSIS] if start > 0 else []
+    cursor = start
+    for hit in hits:
+        if hit.start < start or hit.end > end:
+            continue
+        pieces.append(_plain(content[cursor : hit.start]))
+        pieces.append(MARK_OPEN + _plain(content[hit.start : hit.end]) + MARK_CLOSE)
+        cursor = hit.end
+    pieces.append(_plain(content[cursor:end]))
+    if end < len(content):
+        pieces.append(ELLIPSIS)
+    return "".join(pieces).strip()
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\s+", " ", text.translate(_ESCAPED_MARKS))
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + ELLIPSIS

@@ -1,0 +1,253 @@
+"""Conversation search latency on SQLite and PostgreSQL: one user's 100,000 messages among
+1,000,000 in all (by default), queried through `ConversationService.search` (SQL, ranking and
+snippets), one query at a time.
+
+Messages are 12-30 words drawn from a 20,000-word vocabulary with Zipf-like frequencies, so
+some words are in most messages and most words are rare. Queries come in classes by how often
+their words occur: `rare`, `mid`, `common` (one word each), `two_words` (two mid words, both
+required) and `prefix` (the first four letters of a mid word). Loading is bulk (executemany on
+SQLite, COPY on PostgreSQL, with the index built after the load, as migration 0006 backfills).
+
+    .venv/bin/python scripts/bench/search.py [--total 1000000] [--user 100000] [--queries 60]
+                                             [--dialects sqlite,postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sqlite3
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import psycopg  # noqa: E402
+from sqlalchemy import Engine, text  # noqa: E402
+
+from app.conversations.service import ConversationService  # noqa: E402
+from app.db.engine import build_engine  # noqa: E402
+from app.db.migrate import upgrade  # noqa: E402
+from app.db.schema import SEARCH_INDEX, SEARCH_VECTOR_COLUMN  # noqa: E402
+from scripts.bench._common import RESULTS, percentile, write_results  # noqa: E402
+from tests.support.databases import migrated_engine, postgres_database  # noqa: E402
+
+USER = "bench-user"
+PER_CONVERSATION = 100
+VOCABULARY = 20_000
+SYLLABLES = [c + v for c in "bcdfghjklmnprstvz" for v in "aeiou"]
+
+
+def vocabulary(rng: random.Random) -> list[str]:
+    words: list[str] = []
+    seen: set[str] = set()
+    while len(words) < VOCABULARY:
+        word = "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    return words
+
+
+def messages(
+    total: int, own: int, words: list[str], rng: random.Random
+) -> Iterator[tuple[str, str, str, str, str, datetime]]:
+    """(user, conversation, turn, role, content, created_at) rows, conversation by conversation;
+    the benchmark user's `own` messages are spread over the whole run."""
+    weights = [1 / (rank + 1) for rank in range(len(words))]
+    stamp = datetime(2026, 1, 1)
+    stride = max(1, total // own)
+    for conversation_index in range(total // PER_CONVERSATION):
+        mine = conversation_index % stride == 0 and conversation_index // stride < own // (
+            PER_CONVERSATION
+        )
+        user = USER if mine else f"other-{conversation_index % 5000}"
+        conversation = str(uuid.uuid4())
+        drawn = rng.choices(words, weights, k=PER_CONVERSATION * 30)
+        for index in range(PER_CONVERSATION):
+            stamp += timedelta(milliseconds=7)
+            length = rng.randint(12, 30)
+            content = " ".join(drawn[index * 30 : index * 30 + length])
+            role = "user" if index % 2 == 0 else "assistant"
+            yield user, conversation, str(uuid.uuid4()), role, content, stamp
+
+
+def load(engine: Engine, rows: Iterator[tuple[str, str, str, str, str, datetime]]) -> int:
+    """Bulk-load; on PostgreSQL the GIN index is dropped for the load and built after."""
+    dialect = engine.dialect.name
+    # A plain connection, outside the engine's guard (its operation deadline would break a
+    # bulk load, which runs past it on purpose).
+    raw: Any = (
+        psycopg.connect(
+            engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        )
+        if dialect == "postgresql"
+        else sqlite3.connect(str(engine.url.database), isolation_level=None)
+    )
+    count = 0
+    try:
+        cursor = raw.cursor()
+        if dialect == "postgresql":
+            cursor.execute(f"DROP INDEX {SEARCH_INDEX}")
+        else:
+            cursor.execute("BEGIN")  # the engine leaves pysqlite in autocommit mode
+        conversations: dict[str, tuple[str, datetime]] = {}
+        batch: list[tuple[str, str, str, str, str, datetime]] = []
+
+        def flush() -> None:
+            if dialect == "postgresql":
+                with cursor.copy(
+                    "COPY amem_conversation_messages "
+                    "(conversation_id, turn_id, role, content, status, created_at) FROM STDIN"
+                ) as copy:
+                    for _user, conv, turn, role, content, stamp in batch:
+                        copy.write_row((conv, turn, role, content, "complete", stamp))
+            else:
+                cursor.executemany(
+                    "INSERT INTO amem_conversation_messages "
+                    "(conversation_id, turn_id, role, content, status, created_at) "
+                    "VALUES (?, ?, ?, ?, 'complete', ?)",
+                    [(c, t, r, body, s) for _u, c, t, r, body, s in batch],
+                )
+            batch.clear()
+
+        mark = "%s" if dialect == "postgresql" else "?"
+        for row in rows:
+            user, conversation, _turn, _role, content, stamp = row
+            if conversation not in conversations:
+                conversations[conversation] = (user, stamp)
+                cursor.execute(
+                    "INSERT INTO amem_conversations (id, user_id, title, created_at, updated_at) "
+                    f"VALUES ({mark}, {mark}, {mark}, {mark}, {mark})",
+                    (conversation, user, content[:80], stamp, stamp),
+                )
+            batch.append(row)
+            count += 1
+            if len(batch) >= 20_000:
+                flush()
+        flush()
+        if dialect == "postgresql":
+            cursor.execute(
+                f"CREATE INDEX {SEARCH_INDEX} ON amem_conversation_messages "
+                f"USING GIN ({SEARCH_VECTOR_COLUMN})"
+            )
+        raw.commit()
+        with engine.begin() as connection:
+            connection.execute(text("ANALYZE"))
+    finally:
+        raw.close()
+    return count
+
+
+def query_classes(words: list[str], rng: random.Random, n: int) -> dict[str, list[str]]:
+    def pick(low: int, high: int) -> str:
+        return words[rng.randrange(low, high)]
+
+    return {
+        "rare": [pick(8_000, VOCABULARY) for _ in range(n)],
+        "mid": [pick(500, 3_000) for _ in range(n)],
+        "common": [pick(20, 200) for _ in range(n)],
+        "two_words": [f"{pick(300, 3_000)} {pick(300, 3_000)}" for _ in range(n)],
+        "prefix": [pick(500, 3_000)[:4] for _ in range(n)],
+    }
+
+
+def measure(service: ConversationService, queries: dict[str, list[str]]) -> dict[str, Any]:
+    for query in queries["mid"][:10]:  # warm the caches
+        asyncio.run(service.search(USER, query, 10))
+    figures: dict[str, Any] = {}
+    every: list[float] = []
+    for name, texts in queries.items():
+        times: list[float] = []
+        hits = 0
+        for query in texts:
+            began = time.perf_counter()
+            hits += len(service._search(USER, query, 10, None))
+            times.append((time.perf_counter() - began) * 1000)
+        every.extend(times)
+        figures[name] = {
+            "n": len(times),
+            "p50_ms": round(percentile(times, 0.5), 2),
+            "p95_ms": round(percentile(times, 0.95), 2),
+            "max_ms": round(max(times), 2),
+            "mean_results": round(hits / len(texts), 1),
+        }
+    figures["all"] = {
+        "n": len(every),
+        "p50_ms": round(percentile(every, 0.5), 2),
+        "p95_ms": round(percentile(every, 0.95), 2),
+        "p99_ms": round(percentile(every, 0.99), 2),
+    }
+    return figures
+
+
+@contextmanager
+def database(dialect: str) -> Iterator[Engine]:
+    if dialect == "sqlite":
+        with tempfile.TemporaryDirectory() as folder:
+            engine = build_engine(f"sqlite:///{folder}/bench.db")
+            upgrade(engine)
+            yield engine
+            engine.dispose()
+        return
+    with postgres_database() as url:
+        engine = migrated_engine(url)
+        yield engine
+        engine.dispose()
+
+
+def earlier(total: int, user: int) -> dict[str, Any]:
+    """The other dialects' figures of an earlier run of the same sizes (kept in the file)."""
+    try:
+        figures = json.loads((RESULTS / "search.json").read_text())["figures"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    if (figures.get("total_messages"), figures.get("user_messages")) != (total, user):
+        return {}
+    return {key: value for key, value in figures.items() if key in ("sqlite", "postgres")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--total", type=int, default=1_000_000)
+    parser.add_argument("--user", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=60, help="per query class")
+    parser.add_argument("--dialects", default="sqlite,postgres")
+    args = parser.parse_args()
+    results: dict[str, Any] = {
+        "total_messages": args.total,
+        "user_messages": args.user,
+        "goal_p95_ms": 20,
+        **earlier(args.total, args.user),
+    }
+    for dialect in args.dialects.split(","):
+        rng = random.Random(13)
+        words = vocabulary(rng)
+        with database(dialect) as engine:
+            began = time.perf_counter()
+            loaded = load(engine, messages(args.total, args.user, words, rng))
+            load_seconds = time.perf_counter() - began
+            figures = measure(ConversationService(engine), query_classes(words, rng, args.queries))
+        results[dialect] = {
+            "at": datetime.now().isoformat(timespec="seconds"),
+            "loaded": loaded,
+            "load_seconds": round(load_seconds, 1),
+            **figures,
+        }
+        print(f"{dialect}: {loaded:,} messages loaded in {load_seconds:.0f} s")
+        for name, row in figures.items():
+            print(f"  {name:10} p50 {row['p50_ms']:7.2f} ms  p95 {row['p95_ms']:7.2f} ms")
+        print("wrote", write_results("search", results))  # after each dialect: a run may stop
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Conversation search on SQLite, PostgreSQL and MariaDB, through the service: any query text is
+searched as words (never an error), only the owner's messages are found, best match first, a
+deleted conversation is gone from the index, one turn can be left out."""
+
+from __future__ import annotations
+
+import asyncio
+import string
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import Engine, text
+
+from app.conversations.search_text import MARK_CLOSE, MARK_OPEN
+from app.conversations.service import ConversationService
+from app.db.schema import SEARCH_FTS_TABLE, conversations
+
+CRAFTED = [
+    '"',
+    "'",
+    "*",
+    "NEAR",
+    "NEAR(alpha beta)",
+    "alpha AND NOT beta",
+    "alpha OR 1=1",
+    "(((",
+    ")",
+    "alpha*",
+    "-alpha",
+    "+alpha",
+    "'; DROP TABLE amem_conversations; --",
+    "\x00alpha",
+    "alpha\x01\x1fbeta",
+    "%",
+    "_",
+    "\\",
+    "content:alpha",
+    "{alpha beta}",
+    "^alpha",
+    "alpha:*",
+    "!alpha & beta | gamma",
+    "<->",
+    "@@",
+    "x" * 5000,
+    "ünïcödé 日本語 🙂",
+    "a",
+    "is the",
+]
+
+
+def store(service: ConversationService, user: str, messages: list[str]) -> str:
+    conversation = asyncio.run(
+        service.create(user, "0" * 8 + "-0000-4000-8000-" + "0" * 12, messages[0])
+    )
+    assert conversation is not None
+    for message in messages[1:]:
+        assert asyncio.run(
+            service.append(
+                conversation, "1" * 8 + "-0000-4000-8000-" + "1" * 12, "assistant", message
+            )
+        )
+    return conversation
+
+
+def find(service: ConversationService, user: str, query: str, limit: int = 10) -> list[str]:
+    return [result.snippet for result in asyncio.run(service.search(user, query, limit))]
+
+
+def test_words_are_found_ranked_and_marked(engine: Engine) -> None:
+    """All words are required (as prefixes), the better match ranks first, and the snippet
+    marks the matched words with « »."""
+    service = ConversationService(engine)
+    store(
+        service,
+        "alice",
+        [
+            "We chose PostgreSQL for the billing service.",
+            "The billing service deploys on Fridays; billing reports go out on Mondays.",
+            "Lunch was pasta.",
+        ],
+    )
+    found = find(service, "alice", "billing")
+    assert len(found) == 2
+    assert f"{MARK_OPEN}billing{MARK_CLOSE}" in found[0]
+    assert find(service, "alice", "BILLING deploy") == [
+        f"The {MARK_OPEN}billing{MARK_CLOSE} service {MARK_OPEN}deploys{MARK_CLOSE} on Fridays; "
+        f"{MARK_OPEN}billing{MARK_CLOSE} reports go out on Mondays."
+    ]
+    assert find(service, "alice", "pasta") == [f"Lunch was {MARK_OPEN}pasta{MARK_CLOSE}."]
+    assert find(service, "alice", "sushi") == []
+
+
+def test_crafted_queries_never_fail_nor_cross_users(engine: Engine) -> None:
+    """Search syntax, SQL and control characters are words: no error, only alice's rows."""
+    service = ConversationService(engine)
+    store(service, "alice", ["alpha beta gamma from alice"])
+    store(service, "bob", ["alpha beta gamma from bob, and NEAR AND OR NOT x a is the"])
+    for query in CRAFTED:
+        for result in asyncio.run(service.search("alice", query, 50)):
+            assert "bob" not in result.snippet, query
+    assert find(service, "alice", "NEAR(alpha beta)") == []  # the word "near" is not alice's
+    assert len(find(service, "alice", "alpha*")) == 1
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    query=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=300)
+    | st.text(alphabet=string.punctuation + string.ascii_letters + " ", max_size=60)
+)
+def test_any_query_text_is_valid_and_scoped(engine: Engine, query: str) -> None:
+    """Arbitrary text never raises and never returns another user's message, even when that
+    user's message is exactly the query text."""
+    service = ConversationService(engine)
+    if not asyncio.run(service.list_for("carol")):
+        store(service, "carol", ["carol only", "alpha beta gamma delta"])
+    store(service, "dave", ["dave only", query.replace("\x00", "") or "empty"])
+    results = asyncio.run(service.search("carol", query, 50))
+    assert all(result.title == "carol only" for result in results)
+
+
+def test_short_words_and_stopwords_are_found_too(engine: Engine) -> None:
+    """Words below MariaDB's FULLTEXT token size or in its stopword list still match (LIKE)."""
+    service = ConversationService(engine)
+    store(service, "alice", ["is it ok to go by bus"])
+    store(service, "bob", ["go by bus is ok"])
+    assert len(find(service, "alice", "go")) == 1
+    assert len(find(service, "alice", "bus ok")) == 1
+
+
+def test_deleting_a_conversation_removes_it_from_the_index(engine: Engine) -> None:
+    service = ConversationService(engine)
+    conversation = store(service, "alice", ["the zeppelin plan"])
+    assert find(service, "alice", "zeppelin")
+    assert asyncio.run(service.delete("alice", conversation))
+    assert find(service, "alice", "zeppelin") == []
+
+
+def test_one_turn_can_be_left_out(engine: Engine) -> None:
+    service = ConversationService(engine)
+    store(service, "alice", ["walrus question", "walrus answer"])
+    turn = "1" * 8 + "-0000-4000-8000-" + "1" * 12
+    left = asyncio.run(service.search("alice", "walrus", 10, exclude_turn_id=turn))
+    assert [result.role for result in left] == ["user"]
+
+
+def test_deleting_conversation_rows_directly_keeps_the_index_whole(engine: Engine) -> None:
+    """A conversation deleted without its messages first (the cascade path, an operator's SQL)
+    leaves nothing behind in the index, and SQLite's FTS5 integrity check still passes."""
+    service = ConversationService(engine)
+    store(service, "alice", ["the ibex expedition", "ibex again"])
+    kept = store(service, "alice", ["the ibex notes stay"])
+    with engine.begin() as connection:
+        connection.execute(conversations.delete().where(conversations.c.id != kept))
+    assert find(service, "alice", "ibex") == ["the «ibex» notes stay"]
+    if engine.dialect.name == "sqlite":
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    f"INSERT INTO {SEARCH_FTS_TABLE}({SEARCH_FTS_TABLE}) VALUES ('integrity-check')"
+                )
+            )

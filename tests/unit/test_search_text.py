@@ -1,0 +1,99 @@
+"""The pure rules of conversation search: query text becomes bounded words with no operator
+character, each engine's query is built from those words only, snippets mark matches « »
+unambiguously, and the tool's arguments are parsed strictly (the owner is never one)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy.dialects import mssql, mysql, postgresql, sqlite
+from sqlalchemy.engine import Dialect
+
+from app.agent.search_tool import parse_search_arguments
+from app.agent.tools import ArgumentError
+from app.conversations.search import statement
+from app.conversations.search_text import (
+    MAX_QUERY_WORDS,
+    mariadb_boolean,
+    postgres_tsquery,
+    query_words,
+    snippet,
+    sqlite_match,
+)
+from app.offline.model import OfflineModel
+from app.offline.wire import ChatRequest, ToolCalls
+
+SEARCH_TOOL = {"type": "function", "function": {"name": "conversation_search"}}
+
+
+@given(st.text(max_size=400))
+def test_words_hold_no_syntax_and_are_bounded(text: str) -> None:
+    words = query_words(text)
+    assert len(words) <= MAX_QUERY_WORDS and len(set(words)) == len(words)
+    for word in words:
+        assert word and all(char.isalnum() for char in word), word
+    for built in (sqlite_match(words), postgres_tsquery(words), mariadb_boolean(words)):
+        assert "\x00" not in built and ";" not in built and "(" not in built
+
+
+def test_operators_are_words() -> None:
+    assert query_words('NEAR("a" b*) OR x; DROP--') == ("near", "a", "b", "or", "x", "drop")
+    assert sqlite_match(("near", "b")) == '"near"* "b"*'
+    assert postgres_tsquery(("near", "b")) == "'near':* & 'b':*"
+    assert mariadb_boolean(("near",)) == "+near*"
+
+
+def test_snippets_mark_matches_and_escape_the_marks_of_the_message() -> None:
+    assert snippet("Deploy «now» on Friday", ("deploy",)) == "«Deploy» ‹now› on Friday"
+    long = "word " * 100 + "needle here " + "word " * 100
+    cut = snippet(long, ("needle",))
+    assert cut.startswith("…") and cut.endswith("…") and "«needle»" in cut and len(cut) < 200
+
+
+def test_tool_arguments_are_strict_and_the_owner_is_not_one() -> None:
+    assert parse_search_arguments('{"query": "okapi"}') == ("okapi", 5)
+    assert parse_search_arguments('{"query": "okapi", "limit": 2, "user_id": "bob"}') == (
+        "okapi",
+        2,
+    )
+    for bad in (
+        '{"query": " "}',
+        '{"query": 3}',
+        '{"query": "x", "limit": 0}',
+        '{"query": "x", "limit": true}',
+        '{"query": "x", "limit": 11}',
+        "[]",
+        "nope",
+        json.dumps({"query": "x" * 70_000}),
+    ):
+        assert isinstance(parse_search_arguments(bad), ArgumentError), bad
+
+
+def test_the_offline_model_searches_on_its_trigger_only_when_offered() -> None:
+    def ask(text: str, tools: tuple[dict[str, object], ...]) -> object:
+        request = ChatRequest("offline", ({"role": "user", "content": text},), tools, False, False)
+        return OfflineModel().reply(request)
+
+    reply = ask("What did we discuss about the billing service?", (SEARCH_TOOL,))
+    assert isinstance(reply, ToolCalls)
+    assert reply.calls[0].name == "conversation_search"
+    assert not isinstance(ask("What did we discuss about billing?", ()), ToolCalls)
+    assert not isinstance(ask("Tell me about billing", (SEARCH_TOOL,)), ToolCalls)
+
+
+@pytest.mark.parametrize(
+    "dialect",
+    [sqlite.dialect(), postgresql.dialect(), mysql.dialect(), mssql.dialect()],
+    ids=lambda d: d.name,
+)
+def test_every_dialect_compiles_with_the_query_and_owner_bound(dialect: Dialect) -> None:
+    """Each strategy compiles (SQL Server included, which no test server runs), and neither the
+    words nor the owner are ever spelled into the SQL: they are bound parameters."""
+    words = query_words("zyxwords plugh")
+    compiled = statement(dialect.name, "owner-qux-77", words, 10).compile(dialect=dialect)
+    sql = str(compiled)
+    assert "zyxwords" not in sql and "plugh" not in sql and "owner-qux-77" not in sql
+    assert any("zyxwords" in str(value) for value in compiled.params.values())
