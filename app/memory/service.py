@@ -1,4 +1,4 @@
-"""The memory write path's owner: serializable transactions, bounded retries, cancellation."""
+"""The memory write path's owner: write-locked transactions, bounded retries, cancellation."""
 
 from __future__ import annotations
 
@@ -98,6 +98,10 @@ class MemoryService:
         connection = self.engine.connect()
         if connection.dialect.name == "sqlite":
             return connection.execution_options(**{SQLITE_IMMEDIATE: True})
+        if connection.dialect.name == "postgresql":
+            # The per-user queue and FOR UPDATE exclude concurrent writers; SERIALIZABLE's
+            # predicate locks would only add conflicts between users (see `writer_queue`).
+            return connection.execution_options(isolation_level="READ COMMITTED")
         return connection.execution_options(isolation_level="SERIALIZABLE")
 
     def _commit_once(
@@ -105,8 +109,8 @@ class MemoryService:
     ) -> tuple[Snapshot, tuple[Target, ...]]:
         with (
             self._write_connection() as connection,
-            writer_queue(connection, user_id),
             connection.begin(),
+            writer_queue(connection, user_id),
         ):
             check_cancel(should_cancel, "before the query")
             current = repository.load_snapshot(connection, user_id, lock=True)
@@ -123,7 +127,8 @@ class MemoryService:
         batches: Batches,
         should_cancel: CancelCheck = _never,
     ) -> CommitResult:
-        """Apply staged batches to the latest stored snapshot in one serializable transaction.
+        """Apply staged batches to the latest stored snapshot in one transaction that excludes
+        the user's other writers (SERIALIZABLE, or on PostgreSQL the queue and row locks).
 
         Only recognised deadlock/serialization failures (and the first-insert race) are
         retried, replaying the whole transaction; validation errors and unknown failures are not.

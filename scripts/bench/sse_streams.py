@@ -53,7 +53,9 @@ class Streams:
         token = self.tokens[number % len(self.tokens)]
         try:
             async with self.client.stream(
-                "POST", f"{self.url}/v1/chat", json={"message": MESSAGE},
+                "POST",
+                f"{self.url}/v1/chat",
+                json={"message": MESSAGE},
                 headers={"Authorization": f"Bearer {token}"},
             ) as response:
                 if response.status_code != 200:
@@ -126,32 +128,46 @@ async def ramp(url: str, pid: int, steps: list[int]) -> dict[str, object]:
                 break
         # A turn still answers promptly while the streams are open.
         probe_started = time.perf_counter()
-        async with client.stream("POST", f"{url}/v1/chat", json={"message": "hello"},
-                                 headers={"Authorization": f"Bearer {streams.tokens[0]}"}
-                                 ) as response:
+        async with client.stream(
+            "POST",
+            f"{url}/v1/chat",
+            json={"message": "hello"},
+            headers={"Authorization": f"Bearer {streams.tokens[0]}"},
+        ) as response:
             async for event in aiter_events(response):
                 if event.event == "delta":
                     break
         probe_ms = (time.perf_counter() - probe_started) * 1000
         await streams.close()
-    return {"baseline_rss_mib": round(baseline / 1024, 1), "steps": rows,
-            "first_text_ms_with_all_streams_open": round(probe_ms, 1)}
+    return {
+        "baseline_rss_mib": round(baseline / 1024, 1),
+        "steps": rows,
+        "first_text_ms_with_all_streams_open": round(probe_ms, 1),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", default="500,1000,2000,3000,4000,5000",
-                        help="cumulative numbers of open streams")
+    parser.add_argument(
+        "--steps", default="500,1000,2000,3000,4000,5000", help="cumulative numbers of open streams"
+    )
     args = parser.parse_args()
     steps = [int(step) for step in args.steps.split(",")]
     with tempfile.TemporaryDirectory() as logs, postgres_database() as database_url:
         migrated_engine(database_url).dispose()
-        with service(database_url, Path(logs), OFFLINE_MODEL_DELAY_MS="5000",
-                     TURN_TIMEOUT_SECONDS="3600", LOG_LEVEL="WARNING") as (url, pid):
+        with service(
+            database_url,
+            Path(logs),
+            OFFLINE_MODEL_DELAY_MS="5000",
+            TURN_TIMEOUT_SECONDS="3600",
+            LOG_LEVEL="WARNING",
+        ) as (url, pid):
             figures = asyncio.run(ramp(url, pid, steps))
-    figures["setup"] = ("one uvicorn worker on PostgreSQL, memory on; each stream a live turn "
-                        "of the offline model sending a word every 5 s; client on the same "
-                        "machine")
+    figures["setup"] = (
+        "one uvicorn worker on PostgreSQL, memory on; each stream a live turn "
+        "of the offline model sending a word every 5 s; client on the same "
+        "machine"
+    )
     path = write_results("sse_streams", figures)
     print(f"results written to {path}")
 
