@@ -7,6 +7,7 @@ client opens streams in steps, waits until each one has streamed its first word,
 server's resident memory (VmRSS in /proc/<pid>/status).
 
     .venv/bin/python scripts/bench/sse_streams.py [--steps 500,1000,2000,3000,4000,5000]
+        [--root /path/to/another/checkout] [--out NAME]
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from scripts.bench._common import write_results  # noqa: E402
-from scripts.bench._processes import dev_token, service  # noqa: E402
+from scripts.bench._processes import ROOT, dev_token, service  # noqa: E402
 from tests.support.databases import migrated_engine, postgres_database  # noqa: E402
 from tests.support.sse import aiter_events  # noqa: E402
 
@@ -151,6 +152,8 @@ def main() -> None:
     parser.add_argument(
         "--steps", default="500,1000,2000,3000,4000,5000", help="cumulative numbers of open streams"
     )
+    parser.add_argument("--root", type=Path, default=ROOT, help="the code tree to serve")
+    parser.add_argument("--out", default="sse_streams", help="results name")
     args = parser.parse_args()
     steps = [int(step) for step in args.steps.split(",")]
     with tempfile.TemporaryDirectory() as logs, postgres_database() as database_url:
@@ -158,6 +161,7 @@ def main() -> None:
         with service(
             database_url,
             Path(logs),
+            root=args.root,
             OFFLINE_MODEL_DELAY_MS="5000",
             TURN_TIMEOUT_SECONDS="3600",
             LOG_LEVEL="WARNING",
@@ -168,7 +172,8 @@ def main() -> None:
         "of the offline model sending a word every 5 s; client on the same "
         "machine"
     )
-    path = write_results("sse_streams", figures)
+    figures["tree"] = str(args.root)
+    path = write_results(args.out, figures)
     print(f"results written to {path}")
 
 
