@@ -179,17 +179,21 @@ class ModelClient:
         on_text: Callable[[str], None],
         options: Mapping[str, Any],
     ) -> RoundResult:
-        options = dict(options)
+        # Messages and tools go in `extra_body`, which the SDK sends as it is: as parameters it
+        # walks every message and tool schema against its TypedDicts, finding nothing to change
+        # in plain dicts, for 8% of the event loop's time. The request's JSON is the same.
+        body: dict[str, Any] = {"messages": list(messages)}
         if tools:
-            options["tools"] = list(tools)
+            body["tools"] = list(tools)
         # The streaming response, read as plain JSON: the SDK still sends the request (auth,
         # retries, status errors), but builds no model object per chunk, which cost a fifth of
         # a turn's CPU (scripts/bench/README.md).
         request = self.client.chat.completions.with_streaming_response.create(
             model=model,
-            messages=cast(Any, list(messages)),
+            messages=[],  # replaced by body["messages"]
             stream=True,
             stream_options={"include_usage": True},
+            extra_body=body,
             **options,
         )
         try:
