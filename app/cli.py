@@ -73,7 +73,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if settings.auth_mode == "dev":
         print(f"Get a token:  TOKEN=$({_this_python()} -m app token --sub alice)")
     sys.stdout.flush()
-    uvicorn.run("app.main:app", host=args.host, port=args.port, log_level=args.log_level)
+    # Each worker is its own process (its own pool, threads and flag cache) on one socket.
+    uvicorn.run(
+        "app.main:app",
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        workers=args.workers,
+    )
     return 0
 
 
@@ -154,6 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="info",
         choices=["critical", "error", "warning", "info", "debug"],
         help="uvicorn's log level (default info)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("WEB_CONCURRENCY", "1") or "1"),
+        help="worker processes (default WEB_CONCURRENCY, else 1); one process per core "
+        "is the usual choice, see docs/performance.md",
     )
     serve.set_defaults(handler=cmd_serve)
 

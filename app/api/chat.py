@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.responses import Response
 
-from app.agent.events import TurnEvent
 from app.agent.request import HistoryMessage, TurnRequest, TurnServices
-from app.agent.streaming import stream_turn
+from app.agent.streaming import stream_turn, stream_turn_batches
 from app.agent.turn import Turn
 from app.api import ui_stream
 from app.api.deps import CurrentUser, RuntimeDep
@@ -73,10 +72,10 @@ def read_request(request: Request, payload: Mapping[str, Any]) -> tuple[str, str
     return message, conversation_id, ai_sdk
 
 
-def respond(events: AsyncGenerator[TurnEvent, None], ai_sdk: bool) -> Response:
+def respond(turn: Turn, ai_sdk: bool) -> Response:
     if ai_sdk:
-        return ui_stream.ui_message_response(events)
-    return event_stream_response(events)
+        return ui_stream.ui_message_response(stream_turn(turn))
+    return event_stream_response(stream_turn_batches(turn))
 
 
 async def load_history(
@@ -161,4 +160,4 @@ async def chat(
             search=runtime.conversations,
         ),
     )
-    return respond(stream_turn(turn), ai_sdk)
+    return respond(turn, ai_sdk)

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Depends, Header, Request
 from starlette.responses import Response
 
 from app.agent.request import TurnRequest, TurnServices
-from app.agent.streaming import stream_turn
 from app.agent.turn import Turn
 from app.api.chat import EVENT_STREAM, ChatPayload, check_message, read_request, respond
 from app.api.deps import RuntimeDep, SettingsDep
@@ -55,4 +54,4 @@ async def eval_chat(request: Request, runtime: RuntimeDep, payload: ChatPayload)
         # No memory service, no flags, no transcript: nothing here can read or write them.
         TurnServices(settings=runtime.settings),
     )
-    return respond(stream_turn(turn), ai_sdk)
+    return respond(turn, ai_sdk)

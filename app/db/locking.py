@@ -101,33 +101,26 @@ def is_unique_violation(error: BaseException) -> bool:
 
 @contextmanager
 def writer_queue(connection: Connection, user_id: str) -> Iterator[None]:
-    """Queue one user's writers before their transaction takes its snapshot (PostgreSQL only).
+    """Queue one user's writers inside their transaction (PostgreSQL only; the first statement).
 
-    At SERIALIZABLE, a PostgreSQL writer that waits on `FOR UPDATE` for a row another writer
-    then commits fails with 40001 instead of reading the new version; with a few concurrent
-    turns for one user, three attempts would not be enough. A session-level advisory lock,
-    taken and committed before the serializable transaction begins, makes each writer's
-    snapshot start after the previous writer's commit. Other dialects' locking reads already
-    see the latest committed rows, so they need no queue.
+    A transaction-level advisory lock on the user, held until the commit or rollback: one
+    writer per user at a time, including a user with no rows yet (which `FOR UPDATE` cannot
+    lock), while writers of different users never wait on each other. The transaction runs at
+    READ COMMITTED, so the locked re-read that follows (`FOR UPDATE`) takes its snapshot after
+    the lock was granted and returns the latest committed rows, re-checked by the server if
+    another writer changed them meanwhile: the mutations apply to the latest committed
+    snapshot while the transaction excludes concurrent writers, as SERIALIZABLE guaranteed,
+    without its predicate locks (which made writers of different users fail each other with
+    40001). docs/performance.md holds the argument; tests/integration/test_commit_isolation.py
+    the proof. Other dialects' locking reads already see the latest committed rows.
 
     The wait in the queue is bounded by the session's `lock_timeout` (DB_LOCK_TIMEOUT_SECONDS),
     which applies to advisory locks: a writer stuck behind another for longer fails with
     SQLSTATE 55P03 (`is_timeout`), a clear failed commit rather than a hang.
     """
-    if connection.dialect.name != "postgresql":
-        yield
-        return
-    key = {"user_id": user_id}
-    connection.execute(text("SELECT pg_advisory_lock(hashtextextended(:user_id, 0))"), key)
-    connection.commit()
-    try:
-        yield
-    finally:
-        try:
-            connection.execute(
-                text("SELECT pg_advisory_unlock(hashtextextended(:user_id, 0))"), key
-            )
-            connection.commit()
-        except Exception:
-            # A broken session cannot be reused; discarding it releases its advisory locks.
-            connection.invalidate()
+    if connection.dialect.name == "postgresql":
+        connection.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:user_id, 0))"),
+            {"user_id": user_id},
+        )
+    yield

@@ -1,4 +1,4 @@
-"""The memory write path's owner: serializable transactions, bounded retries, cancellation."""
+"""The memory write path's owner: write-locked transactions, bounded retries, cancellation."""
 
 from __future__ import annotations
 
@@ -104,6 +104,10 @@ class MemoryService:
         connection = self.engine.connect()
         if connection.dialect.name == "sqlite":
             return connection.execution_options(**{SQLITE_IMMEDIATE: True})
+        if connection.dialect.name == "postgresql":
+            # The per-user queue and FOR UPDATE exclude concurrent writers; SERIALIZABLE's
+            # predicate locks would only add conflicts between users (see `writer_queue`).
+            return connection.execution_options(isolation_level="READ COMMITTED")
         return connection.execution_options(isolation_level="SERIALIZABLE")
 
     def _commit_once(
@@ -111,8 +115,8 @@ class MemoryService:
     ) -> writes.Written:
         with (
             self._write_connection() as connection,
-            writer_queue(connection, user_id),
             connection.begin(),
+            writer_queue(connection, user_id),
         ):
             # The change and its history row (or the proposal) commit together or not at all.
             return writes.write(connection, user_id, request, self.limits, should_cancel)
@@ -127,7 +131,8 @@ class MemoryService:
         proposal_id: str | None = None,
         may_propose: bool = False,
     ) -> CommitResult:
-        """Apply staged batches to the latest stored snapshot in one serializable transaction,
+        """Apply staged batches to the latest stored snapshot in one transaction that excludes
+        the user's other writers (SERIALIZABLE, or on PostgreSQL the queue and row locks),
         recording the change in the history in the same transaction (writes.write).
 
         Only recognised deadlock/serialization failures (and the first-insert race) are

@@ -7,7 +7,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,10 +89,23 @@ def content_text(content: object) -> str:
     return ""
 
 
+_WORD = re.compile(r"\s*\S+\s*")
+
+
 def words(text: str) -> list[str]:
     """Pieces that concatenate back to `text`: each word with the whitespace after it."""
-    pieces = re.findall(r"\s*\S+\s*", text)
-    return pieces or ([text] if text else [])
+    return list(iter_words(text))
+
+
+def iter_words(text: str) -> Iterator[str]:
+    """`words(text)` one at a time: a slow stream holds its position, not a list of pieces
+    (a long answer's list was a third of an idle stream's memory)."""
+    found = False
+    for match in _WORD.finditer(text):
+        found = True
+        yield match.group()
+    if not found and text:
+        yield text
 
 
 def _split(text: str, parts: int) -> list[str]:
@@ -143,7 +156,7 @@ async def stream_body(
     model = request.model or OFFLINE_MODEL_NAME
     yield _chunk(ids, model, {"role": "assistant", "content": ""})
     text = reply.text
-    for position, piece in enumerate(words(text)):
+    for position, piece in enumerate(iter_words(text)):
         if position and delay_seconds:
             await asyncio.sleep(delay_seconds)
         yield _chunk(ids, model, {"content": piece})

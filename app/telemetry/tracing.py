@@ -221,6 +221,9 @@ def configure_tracing(app: FastAPI, settings: Settings | None = None) -> None:
         # OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_* variables, so sanitize every header name
         # as well; the allow-list drops http.request.header.* attributes regardless.
         http_capture_headers_sanitize_fields=[".*"],
+        # No span per ASGI message: a streamed turn sends one message per event, and those
+        # spans cost time on every event while telling nothing the server span does not.
+        exclude_spans=["send", "receive"],
     )
 
 

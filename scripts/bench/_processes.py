@@ -24,10 +24,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def process(args: list[str], url: str, env: dict[str, str], log: Path) -> Iterator[int]:
-    """Start a server process, wait until `url` answers; yields its pid; stops it on exit."""
+def process(
+    args: list[str], url: str, env: dict[str, str], log: Path, root: Path = ROOT
+) -> Iterator[int]:
+    """Start a server process in `root`, wait until `url` answers; yields its pid; stops it."""
     with log.open("wb") as output:
-        child = subprocess.Popen(args, cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(args, cwd=root, env=env, stdout=output, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 30
             while True:
@@ -54,31 +56,63 @@ def process(args: list[str], url: str, env: dict[str, str], log: Path) -> Iterat
 def offline_model(log_dir: Path, delay_ms: int = 0) -> Iterator[str]:
     """`scripts/offline_model.py` on a free port; yields its OpenAI base URL (…/v1)."""
     port = free_port()
-    args = [sys.executable, "scripts/offline_model.py", "--port", str(port),
-            "--delay-ms", str(delay_ms)]
-    with process(args, f"http://127.0.0.1:{port}/v1/models", dict(os.environ),
-                 log_dir / "offline-model.log"):
+    args = [
+        sys.executable,
+        "scripts/offline_model.py",
+        "--port",
+        str(port),
+        "--delay-ms",
+        str(delay_ms),
+    ]
+    with process(
+        args, f"http://127.0.0.1:{port}/v1/models", dict(os.environ), log_dir / "offline-model.log"
+    ):
         yield f"http://127.0.0.1:{port}/v1"
 
 
 @contextmanager
-def service(database_url: str, log_dir: Path, **settings: str) -> Iterator[tuple[str, int]]:
-    """`uvicorn app.main:app` (one worker) with production-like settings; yields (url, pid)."""
+def service(
+    database_url: str,
+    log_dir: Path,
+    root: Path = ROOT,
+    name: str = "service",
+    workers: int = 1,
+    **settings: str,
+) -> Iterator[tuple[str, int]]:
+    """`uvicorn app.main:app` with production-like settings, run from the code tree `root` (a
+    checkout of another commit, to compare before and after); yields (url, pid)."""
     port = free_port()
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("LLM_", "AUTH_", "OTEL_", "DATABASE_", "MEMORY_"))}
-    env.update({
-        "DATABASE_URL": database_url,
-        "AUTH_MODE": "dev",
-        "AUTH_DEV_SECRET": BENCH_SECRET,
-        "MEMORY_ENABLED": "true",
-        "LOG_FORMAT": "json",
-        **settings,
-    })
-    args = [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
-            "--port", str(port), "--no-access-log"]
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("LLM_", "AUTH_", "OTEL_", "DATABASE_", "MEMORY_"))
+    }
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "AUTH_MODE": "dev",
+            "AUTH_DEV_SECRET": BENCH_SECRET,
+            "MEMORY_ENABLED": "true",
+            "LOG_FORMAT": "json",
+            **settings,
+        }
+    )
+    args = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "app.main:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+    ]
+    if workers > 1:
+        args += ["--workers", str(workers)]
+    env["PYTHONPATH"] = str(root)  # the tree's own `app`, not an installed one
     url = f"http://127.0.0.1:{port}"
-    with process(args, f"{url}/healthz", env, log_dir / "service.log") as pid:
+    with process(args, f"{url}/healthz", env, log_dir / f"{name}.log", root) as pid:
         yield url, pid
 
 
@@ -88,6 +122,12 @@ def dev_token(sub: str) -> str:
     from app.api.auth import DEV_AUDIENCE, DEV_ISSUER
 
     now = int(time.time())
-    claims = {"sub": sub, "iss": DEV_ISSUER, "aud": DEV_AUDIENCE, "iat": now, "nbf": now,
-              "exp": now + 3600}
+    claims = {
+        "sub": sub,
+        "iss": DEV_ISSUER,
+        "aud": DEV_AUDIENCE,
+        "iat": now,
+        "nbf": now,
+        "exp": now + 3600,
+    }
     return jwt.encode(claims, BENCH_SECRET, algorithm="HS256")

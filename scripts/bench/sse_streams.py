@@ -7,6 +7,7 @@ client opens streams in steps, waits until each one has streamed its first word,
 server's resident memory (VmRSS in /proc/<pid>/status).
 
     .venv/bin/python scripts/bench/sse_streams.py [--steps 500,1000,2000,3000,4000,5000]
+        [--root /path/to/another/checkout] [--out NAME]
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from scripts.bench._common import write_results  # noqa: E402
-from scripts.bench._processes import dev_token, service  # noqa: E402
+from scripts.bench._processes import ROOT, dev_token, service  # noqa: E402
 from tests.support.databases import migrated_engine, postgres_database  # noqa: E402
 from tests.support.sse import aiter_events  # noqa: E402
 
@@ -53,7 +54,9 @@ class Streams:
         token = self.tokens[number % len(self.tokens)]
         try:
             async with self.client.stream(
-                "POST", f"{self.url}/v1/chat", json={"message": MESSAGE},
+                "POST",
+                f"{self.url}/v1/chat",
+                json={"message": MESSAGE},
                 headers={"Authorization": f"Bearer {token}"},
             ) as response:
                 if response.status_code != 200:
@@ -126,33 +129,51 @@ async def ramp(url: str, pid: int, steps: list[int]) -> dict[str, object]:
                 break
         # A turn still answers promptly while the streams are open.
         probe_started = time.perf_counter()
-        async with client.stream("POST", f"{url}/v1/chat", json={"message": "hello"},
-                                 headers={"Authorization": f"Bearer {streams.tokens[0]}"}
-                                 ) as response:
+        async with client.stream(
+            "POST",
+            f"{url}/v1/chat",
+            json={"message": "hello"},
+            headers={"Authorization": f"Bearer {streams.tokens[0]}"},
+        ) as response:
             async for event in aiter_events(response):
                 if event.event == "delta":
                     break
         probe_ms = (time.perf_counter() - probe_started) * 1000
         await streams.close()
-    return {"baseline_rss_mib": round(baseline / 1024, 1), "steps": rows,
-            "first_text_ms_with_all_streams_open": round(probe_ms, 1)}
+    return {
+        "baseline_rss_mib": round(baseline / 1024, 1),
+        "steps": rows,
+        "first_text_ms_with_all_streams_open": round(probe_ms, 1),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", default="500,1000,2000,3000,4000,5000",
-                        help="cumulative numbers of open streams")
+    parser.add_argument(
+        "--steps", default="500,1000,2000,3000,4000,5000", help="cumulative numbers of open streams"
+    )
+    parser.add_argument("--root", type=Path, default=ROOT, help="the code tree to serve")
+    parser.add_argument("--out", default="sse_streams", help="results name")
     args = parser.parse_args()
     steps = [int(step) for step in args.steps.split(",")]
     with tempfile.TemporaryDirectory() as logs, postgres_database() as database_url:
         migrated_engine(database_url).dispose()
-        with service(database_url, Path(logs), OFFLINE_MODEL_DELAY_MS="5000",
-                     TURN_TIMEOUT_SECONDS="3600", LOG_LEVEL="WARNING") as (url, pid):
+        with service(
+            database_url,
+            Path(logs),
+            root=args.root,
+            OFFLINE_MODEL_DELAY_MS="5000",
+            TURN_TIMEOUT_SECONDS="3600",
+            LOG_LEVEL="WARNING",
+        ) as (url, pid):
             figures = asyncio.run(ramp(url, pid, steps))
-    figures["setup"] = ("one uvicorn worker on PostgreSQL, memory on; each stream a live turn "
-                        "of the offline model sending a word every 5 s; client on the same "
-                        "machine")
-    path = write_results("sse_streams", figures)
+    figures["setup"] = (
+        "one uvicorn worker on PostgreSQL, memory on; each stream a live turn "
+        "of the offline model sending a word every 5 s; client on the same "
+        "machine"
+    )
+    figures["tree"] = str(args.root)
+    path = write_results(args.out, figures)
     print(f"results written to {path}")
 
 

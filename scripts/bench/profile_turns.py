@@ -1,0 +1,130 @@
+"""Where a turn's time goes: py-spy samples one service process under a steady turn load, then
+prints the share of samples per code area (inclusive) and the hottest leaf functions.
+
+    .venv/bin/python scripts/bench/profile_turns.py [--database sqlite] [--seconds 20]
+        [--concurrency 4] [--root /path/to/another/checkout]
+
+Needs `py-spy` (the `dev` extra) and the right to trace a child process (root in a container,
+or `kernel.yama.ptrace_scope=0`). The raw samples stay in `results/profile_<database>.txt`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from app.offline.wire import OFFLINE_MODEL_NAME  # noqa: E402
+from scripts.bench._common import RESULTS  # noqa: E402
+from scripts.bench._processes import ROOT, dev_token, offline_model, service  # noqa: E402
+from scripts.bench.turn_overhead import Samples, backend_turn, block, database  # noqa: E402
+
+# Code areas, by a substring of the sampled frame: what the profile's story is told in.
+AREAS = {
+    "model client (openai SDK, httpx)": ("openai/", "httpx"),
+    "our model round (app/agent/llm.py)": ("app/agent/llm.py",),
+    "SSE response (sse-starlette)": ("sse_starlette",),
+    "ASGI send chain (middleware wrappers, uvicorn send)": ("otel_send",),
+    "database worker threads": ("concurrent/futures/thread.py",),
+    "SQLAlchemy": ("sqlalchemy",),
+    "logging (structlog, stdlib)": ("structlog", "logging/__init__"),
+}
+
+
+def frame_name(frame: str) -> str:
+    match = re.match(r"(.*) \((.*?):\d+\)", frame)
+    if not match:
+        return frame
+    function, path = match.groups()
+    return f"{function} [{re.sub(r'.*(site-packages|perf|before)/', '', path)}]"
+
+
+def report(raw: Path) -> None:
+    total, areas, leaves = 0, Counter[str](), Counter[str]()
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        samples = int(count)
+        total += samples
+        for area, needles in AREAS.items():
+            if any(needle in stack for needle in needles):
+                areas[area] += samples
+        leaves[frame_name(stack.split(";")[-1])] += samples
+    print(f"{total} samples; share of samples per area (inclusive, areas overlap):")
+    for area in AREAS:
+        print(f"  {100 * areas[area] / max(1, total):5.1f}%  {area}")
+    print("hottest leaf functions:")
+    for name, samples in leaves.most_common(12):
+        print(f"  {100 * samples / max(1, total):5.1f}%  {name}")
+
+
+async def load(url: str, pid: int, seconds: int, concurrency: int, raw: Path) -> int:
+    tokens = [dev_token(f"bench-profile-{n}") for n in range(concurrency)]
+    spy_binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    async with httpx.AsyncClient(timeout=60) as http:
+        await block(lambda n: backend_turn(http, url, tokens[n], Samples()), 50, concurrency)
+        # Started, never waited on: it samples while the loop below keeps the turns coming.
+        spy = subprocess.Popen(  # noqa: ASYNC220
+            [
+                spy_binary,
+                "record",
+                "-p",
+                str(pid),
+                "-d",
+                str(seconds),
+                "-r",
+                "200",
+                "-f",
+                "raw",
+                "-o",
+                str(raw),
+                "--nonblocking",
+            ]
+        )
+        samples = Samples()
+        while spy.poll() is None:
+            await block(
+                lambda n: backend_turn(http, url, tokens[n], samples), concurrency * 4, concurrency
+            )
+    return samples.turns
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database", choices=("postgresql", "sqlite"), default="sqlite")
+    parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--root", type=Path, default=ROOT, help="the code tree to serve")
+    args = parser.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    raw = RESULTS / f"profile_{args.database}.txt"
+    with tempfile.TemporaryDirectory() as logs:
+        directory = Path(logs)
+        with (
+            offline_model(directory) as stub,
+            database(args.database, directory, "profile") as url,
+            service(
+                url,
+                directory,
+                root=args.root,
+                LLM_BASE_URL=stub,
+                LLM_API_KEY="unused",
+                LLM_MODEL=OFFLINE_MODEL_NAME,
+            ) as (base, pid),
+        ):
+            turns = asyncio.run(load(base, pid, args.seconds, args.concurrency, raw))
+    print(f"{turns} turns in {args.seconds} s at concurrency {args.concurrency}")
+    report(raw)
+
+
+if __name__ == "__main__":
+    main()
