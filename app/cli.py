@@ -102,8 +102,11 @@ def cmd_flags(args: argparse.Namespace) -> int:
         return 0
     except Exception as error:
         # Never a guessed default: a server that cannot read the table runs with memory off.
-        print(f"error: the flags cannot be read or written ({type(error).__name__}); "
-              "a running service keeps memory off until they can", file=sys.stderr)
+        print(
+            f"error: the flags cannot be read or written ({type(error).__name__}); "
+            "a running service keeps memory off until they can",
+            file=sys.stderr,
+        )
         return 1
     finally:
         engine.dispose()

@@ -59,8 +59,19 @@ def create_app(
         lifespan=lifespan,
     )
     errors.install(app)
-    for module in (health, dev, memory, memory_history, memory_proposals, admin, chat, eval,
-                   conversations, openai_compat, web):
+    for module in (
+        health,
+        dev,
+        memory,
+        memory_history,
+        memory_proposals,
+        admin,
+        chat,
+        eval,
+        conversations,
+        openai_compat,
+        web,
+    ):
         app.include_router(module.router)
 
     def max_request_bytes() -> int:

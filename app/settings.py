@@ -116,14 +116,23 @@ class Settings(BaseSettings):
         bad = [origin for origin in value if not _ORIGIN.match(origin)]
         if bad:
             raise ValueError(
-                "each origin must be scheme://host[:port] (no path, no wildcard), "
-                f"not {bad[0]!r}"
+                f"each origin must be scheme://host[:port] (no path, no wildcard), not {bad[0]!r}"
             )
         return tuple(origin.rstrip("/") for origin in value)
 
-    @field_validator("llm_base_url", "auth_jwks_url", "auth_issuer", "auth_audience",
-                     "llm_fallback_model", "auth_dev_secret", "llm_api_key", "eval_api_key",
-                     "llm_max_tokens", "telemetry_hash_key", mode="before")
+    @field_validator(
+        "llm_base_url",
+        "auth_jwks_url",
+        "auth_issuer",
+        "auth_audience",
+        "llm_fallback_model",
+        "auth_dev_secret",
+        "llm_api_key",
+        "eval_api_key",
+        "llm_max_tokens",
+        "telemetry_hash_key",
+        mode="before",
+    )
     @classmethod
     def _blank_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

@@ -48,28 +48,42 @@ def build_app(delay_ms: int = 15) -> Starlette:
         reply = await model(chat)
         if chat.stream:
             return StreamingResponse(
-                stream_body(chat, reply, delay), media_type="text/event-stream",
+                stream_body(chat, reply, delay),
+                media_type="text/event-stream",
                 headers={"Cache-Control": "no-store"},
             )
         return JSONResponse(completion_body(chat, reply))
 
     async def models(_request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [
-            {"id": OFFLINE_MODEL_NAME, "object": "model", "created": 0, "owned_by": "offline"}
-        ]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": OFFLINE_MODEL_NAME,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "offline",
+                    }
+                ],
+            }
+        )
 
-    return Starlette(routes=[
-        Route("/v1/chat/completions", completions, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-    ])
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8081)
-    parser.add_argument("--delay-ms", type=int, default=15,
-                        help="pause between streamed words (default 15)")
+    parser.add_argument(
+        "--delay-ms", type=int, default=15, help="pause between streamed words (default 15)"
+    )
     args = parser.parse_args(argv)
     uvicorn.run(build_app(args.delay_ms), host=args.host, port=args.port)
 

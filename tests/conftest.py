@@ -115,4 +115,3 @@ def pg(postgres_url: str) -> Iterator[Engine]:
     """A migrated, emptied PostgreSQL engine."""
     with _fresh_engine(postgres_url) as engine:
         yield engine
-

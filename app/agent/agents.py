@@ -72,8 +72,10 @@ class AgentRegistry:
         self.prompts = prompts or PromptLibrary()
         self.builds: dict[AgentName, int] = {"chat": 0, "eval": 0}
         self._agents: dict[AgentName, Agent] = {}
-        self._locks: dict[AgentName, asyncio.Lock] = {"chat": asyncio.Lock(),
-                                                      "eval": asyncio.Lock()}
+        self._locks: dict[AgentName, asyncio.Lock] = {
+            "chat": asyncio.Lock(),
+            "eval": asyncio.Lock(),
+        }
 
     async def chat(self) -> Agent:
         return await self._get("chat")

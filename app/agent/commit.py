@@ -81,7 +81,9 @@ class CommitPoint:
         with tracer.start_as_current_span("memory.commit"):
             task = asyncio.ensure_future(
                 memory.commit_in_worker(
-                    ctx.user_id, list(ledger.batches), ctx.cancel_event,
+                    ctx.user_id,
+                    list(ledger.batches),
+                    ctx.cancel_event,
                     provenance=Provenance("turn", ctx.turn_id, ctx.conversation_id),
                     may_propose=True,  # the user's save mode decides, inside the transaction
                 )
@@ -104,8 +106,9 @@ class CommitPoint:
                 report_commit(ledger, "failed", ctx.baseline, reason=error.code, started=started)
                 return self._seal(finish, "failed", ctx.baseline, reason=error.code)
             except Exception as error:
-                report_commit(ledger, "failed", ctx.baseline, reason=type(error).__name__,
-                              started=started)
+                report_commit(
+                    ledger, "failed", ctx.baseline, reason=type(error).__name__, started=started
+                )
                 return self._seal(finish, "failed", ctx.baseline, reason="memory_unavailable")
             return self._committed(ledger, finish, result, started)
 
@@ -115,8 +118,9 @@ class CommitPoint:
         outcome: CommitOutcome = "committed" if result.changed else "none"
         if result.proposal_id is not None:
             outcome = "proposed"  # ask before saving: stored for the user, memory unchanged
-        report_commit(ledger, outcome, result.snapshot, retry_count=result.retry_count,
-                      started=started)
+        report_commit(
+            ledger, outcome, result.snapshot, retry_count=result.retry_count, started=started
+        )
         return self._seal(finish, outcome, result.snapshot)
 
     def _seal(

@@ -200,7 +200,8 @@ class ModelClient:
             response = await request.__aenter__()
         except openai.OpenAIError as error:
             raise ModelFailure(
-                "model_error", f"The model request failed ({type(error).__name__}).",
+                "model_error",
+                f"The model request failed ({type(error).__name__}).",
                 streamed=False,
             ) from error
 
@@ -232,7 +233,8 @@ class ModelClient:
             await request.__aexit__(None, None, None)
         if finish_reason is None:
             raise ModelFailure(
-                "model_stream_broken", "The model stream ended without a finish reason.",
+                "model_stream_broken",
+                "The model stream ended without a finish reason.",
                 streamed=bool(text),
             )
         return RoundResult("".join(text), fragments.calls(), finish_reason, usage)
@@ -259,10 +261,13 @@ def build_model_client(
             api_key="offline",
             max_retries=0,
             # The SDK accepts an `httpx` client as well as its own `httpx2` one.
-            http_client=cast(Any, httpx.AsyncClient(
-                transport=transport or offline_transport(settings.offline_model_delay_ms),
-                timeout=settings.llm_timeout_seconds,
-            )),
+            http_client=cast(
+                Any,
+                httpx.AsyncClient(
+                    transport=transport or offline_transport(settings.offline_model_delay_ms),
+                    timeout=settings.llm_timeout_seconds,
+                ),
+            ),
         )
     return ModelClient(
         client,

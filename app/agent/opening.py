@@ -47,8 +47,13 @@ async def open_turn(
         _load_memory(request, services, turn_id, uses_memory, deadline),
         _store_message(request, services, turn_id, deadline),
     )
-    log.info("turn.started", turn_id=turn_id, conversation_id=conversation_id,
-             memory_status=memory.status, history_messages=len(request.history))
+    log.info(
+        "turn.started",
+        turn_id=turn_id,
+        conversation_id=conversation_id,
+        memory_status=memory.status,
+        history_messages=len(request.history),
+    )
     return TurnContext(
         turn_id=turn_id,
         conversation_id=conversation_id,
@@ -101,11 +106,13 @@ async def _store_message(
     try:
         if existing is None:
             return await within(
-                seconds, lambda: conversations.create(user_id, turn_id, message),
+                seconds,
+                lambda: conversations.create(user_id, turn_id, message),
                 what="conversation create",
             )
         await within(
-            seconds, lambda: conversations.append(existing, turn_id, "user", message),
+            seconds,
+            lambda: conversations.append(existing, turn_id, "user", message),
             what="transcript append",
         )
     except DeadlineExceededError:

@@ -174,12 +174,17 @@ def _run(ctx: TurnContext, raw_arguments: str) -> tuple[ToolResult, dict[str, in
         # The owner comes from the turn's context alone, and only a turn that read memory with
         # the flag on has a ledger: nothing in the arguments can change either.
         payload: dict[str, Any] = {"status": "unavailable", "message": UNAVAILABLE_MESSAGE}
-        return ToolResult("unavailable", count, json.dumps(payload),
-                          echo_arguments=not bad_arguments), {}
+        return ToolResult(
+            "unavailable", count, json.dumps(payload), echo_arguments=not bad_arguments
+        ), {}
     if ctx.rejection_limit_reached:
-        return _rejected(ctx, count, "too_many_rejections",
-                         "Too many rejected memory edits in this turn.",
-                         echo=not bad_arguments), {}
+        return _rejected(
+            ctx,
+            count,
+            "too_many_rejections",
+            "Too many rejected memory edits in this turn.",
+            echo=not bad_arguments,
+        ), {}
     if isinstance(arguments, ArgumentError):
         return _rejected(ctx, 0, arguments.code, arguments.reason, echo=False), {}
     try:
@@ -200,7 +205,9 @@ def _run(ctx: TurnContext, raw_arguments: str) -> tuple[ToolResult, dict[str, in
 def unknown_tool_result(name: str) -> str:
     """The answer to a call of a tool that this turn does not offer."""
     known = name in (MEMORY_TOOL_NAME, SEARCH_TOOL_NAME)
-    reason = f"{name} is not available in this conversation." if known else (
-        "No such tool is available."
+    reason = (
+        f"{name} is not available in this conversation."
+        if known
+        else ("No such tool is available.")
     )
     return json.dumps({"status": "rejected", "code": "tool_not_offered", "reason": reason})

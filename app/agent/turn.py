@@ -92,9 +92,7 @@ class Turn:
                     duration_ms=round((time.perf_counter() - started) * 1000, 1),
                 )
 
-    async def _attempt(
-        self, progress: Progress, emit: Emit, span: trace.Span
-    ) -> ErrorEvent | None:
+    async def _attempt(self, progress: Progress, emit: Emit, span: trace.Span) -> ErrorEvent | None:
         """Play the turn under its deadline; a failure becomes the error event that ends it."""
         try:
             async with asyncio.timeout(self.services.settings.turn_timeout_seconds):

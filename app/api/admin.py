@@ -49,7 +49,8 @@ async def list_flags(_operator: Operator, runtime: RuntimeDep) -> FlagsView:
 
 
 @router.put(
-    "/flags/{name}", response_model=FlagView,
+    "/flags/{name}",
+    response_model=FlagView,
     responses=error_responses(*BODY_ERRORS, 401, 403, 404, 503),
 )
 async def set_flag(

@@ -106,24 +106,28 @@ async def load_history(
 EVENT_STREAM: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The turn's events: start, delta, tool, memory, then done or error",
-        "content": {"text/event-stream": {"schema": {
-            # One server-sent event (OpenAPI 3.1 reads `schema` as the schema of each event).
-            "type": "object",
-            "required": ["data"],
-            "properties": {
-                "event": {"enum": ["start", "delta", "tool", "memory", "done", "error"]},
-                "data": {"type": "string", "contentMediaType": "application/json"},
-                "id": {"type": "string"},
-                "retry": {"type": "integer"},
-            },
-        }}},
+        "content": {
+            "text/event-stream": {
+                "schema": {
+                    # One server-sent event (OpenAPI 3.1 reads `schema` as the schema of each event).
+                    "type": "object",
+                    "required": ["data"],
+                    "properties": {
+                        "event": {"enum": ["start", "delta", "tool", "memory", "done", "error"]},
+                        "data": {"type": "string", "contentMediaType": "application/json"},
+                        "id": {"type": "string"},
+                        "retry": {"type": "integer"},
+                    },
+                }
+            }
+        },
     }
 }
 
 ChatPayload = Annotated[
     dict[str, Any],
     Body(
-        description="`{\"message\": str, \"conversation_id\": str | null}` (extra fields are "
+        description='`{"message": str, "conversation_id": str | null}` (extra fields are '
         "refused), or an AI SDK `useChat` body when that protocol is selected.",
         examples=[{"message": "Remember that I prefer short answers.", "conversation_id": None}],
     ),

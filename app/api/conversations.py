@@ -67,7 +67,8 @@ async def search_conversations(
     seconds = runtime.settings.search_timeout_seconds
     try:
         results = await within(
-            seconds, lambda: runtime.conversations.search(user.subject, q, limit),
+            seconds,
+            lambda: runtime.conversations.search(user.subject, q, limit),
             what="conversation search",
         )
     except DeadlineExceededError as error:
@@ -103,7 +104,9 @@ async def read_conversation(
 
 
 @router.delete(
-    "/v1/conversations/{conversation_id}", status_code=204, summary="Delete one conversation",
+    "/v1/conversations/{conversation_id}",
+    status_code=204,
+    summary="Delete one conversation",
     responses=error_responses(401, 404, 503),
 )
 async def delete_conversation(

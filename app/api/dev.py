@@ -45,7 +45,8 @@ class TokenResponse(BaseModel):
 
 
 @router.post(
-    "/dev/token", response_model=TokenResponse,
+    "/dev/token",
+    response_model=TokenResponse,
     responses=error_responses(*BODY_ERRORS, 404),
 )
 async def issue_dev_token(body: DevTokenRequest, runtime: RuntimeDep) -> TokenResponse:

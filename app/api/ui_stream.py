@@ -106,17 +106,21 @@ class UiChunkEncoder:
                 self._tool_count += 1
                 call_id = f"call_{self._turn_id}_{self._tool_count}"
                 chunks = [*self._close_text(), *self._open_step()]
-                chunks.append({
-                    "type": "tool-input-available",
-                    "toolCallId": call_id,
-                    "toolName": event.tool_name,
-                    "input": event.counts(),
-                })
-                chunks.append({
-                    "type": "tool-output-available",
-                    "toolCallId": call_id,
-                    "output": {"outcome": event.outcome, **event.counts()},
-                })
+                chunks.append(
+                    {
+                        "type": "tool-input-available",
+                        "toolCallId": call_id,
+                        "toolName": event.tool_name,
+                        "input": event.counts(),
+                    }
+                )
+                chunks.append(
+                    {
+                        "type": "tool-output-available",
+                        "toolCallId": call_id,
+                        "output": {"outcome": event.outcome, **event.counts()},
+                    }
+                )
                 return [*chunks, *self._close_step()]
             case MemoryEvent():
                 return [
@@ -187,7 +191,8 @@ def _text_of(message: Mapping[str, Any]) -> str:
     texts = [
         part["text"]
         for part in parts
-        if isinstance(part, Mapping) and part.get("type") == "text"
+        if isinstance(part, Mapping)
+        and part.get("type") == "text"
         and isinstance(part.get("text"), str)
     ]
     return "\n".join(texts)

@@ -109,16 +109,32 @@ class ConversationService:
             return []
         with self.engine.connect() as connection:
             hits = search.search(
-                connection, user_id, words, limit,
-                exclude_turn_id=exclude_turn_id, postgres_config=self.search_config,
+                connection,
+                user_id,
+                words,
+                limit,
+                exclude_turn_id=exclude_turn_id,
+                postgres_config=self.search_config,
             )
         results = [
-            SearchResult(hit.message_id, hit.conversation_id, hit.title, hit.role,
-                         snippet(hit.content, words), hit.created_at)
+            SearchResult(
+                hit.message_id,
+                hit.conversation_id,
+                hit.title,
+                hit.role,
+                snippet(hit.content, words),
+                hit.created_at,
+            )
             for hit in hits
         ]
-        register_search(query, (text for hit, result in zip(hits, results, strict=True)
-                                for text in (hit.content, hit.title, result.snippet)))
+        register_search(
+            query,
+            (
+                text
+                for hit, result in zip(hits, results, strict=True)
+                for text in (hit.content, hit.title, result.snippet)
+            ),
+        )
         return results
 
     async def search(
@@ -168,9 +184,7 @@ class ConversationService:
         if conversation_id is None:
             return False
         try:
-            await asyncio.to_thread(
-                self._append, conversation_id, turn_id, role, content, status
-            )
+            await asyncio.to_thread(self._append, conversation_id, turn_id, role, content, status)
         except Exception as error:
             log.warning(
                 "conversation.append_failed",

@@ -39,8 +39,9 @@ def read_flag(engine: Engine, name: str, default: bool) -> FlagState:
         ).first()
     if row is None:
         return FlagState(name=name, enabled=default, source="default")
-    return FlagState(name=name, enabled=bool(row.enabled), source="database",
-                     updated_by=row.updated_by)
+    return FlagState(
+        name=name, enabled=bool(row.enabled), source="database", updated_by=row.updated_by
+    )
 
 
 def write_flag(engine: Engine, name: str, enabled: bool, updated_by: str | None) -> FlagState:
@@ -51,8 +52,9 @@ def write_flag(engine: Engine, name: str, enabled: bool, updated_by: str | None)
                 result = connection.execute(
                     update(feature_flags)
                     .where(feature_flags.c.name == name)
-                    .values(enabled=enabled, updated_by=updated_by,
-                            updated_at=func.current_timestamp())
+                    .values(
+                        enabled=enabled, updated_by=updated_by, updated_at=func.current_timestamp()
+                    )
                 )
                 if not result.rowcount:
                     connection.execute(
@@ -173,8 +175,9 @@ class FlagStore:
         cached = self._fresh(name, read_since)
         if cached is None:
             started, read = self._reads.get(name, (None, None))
-            if read is None or (read_since is not None and started is not None
-                                and started < read_since):
+            if read is None or (
+                read_since is not None and started is not None and started < read_since
+            ):
                 started = self._clock()
                 read = asyncio.ensure_future(self._read(name))
                 self._reads[name] = (started, read)

@@ -34,8 +34,9 @@ def stage_operations(ledger: MemoryLedger, operations: Sequence[Operation]) -> S
     """Validate a batch against the staged state; a rejected batch leaves the ledger untouched."""
     updated, changes = resolve_operations(ledger.snapshot, operations)
     ledger.snapshot = updated
-    ledger.batches.append(tuple(pin(op, change) for op, change in zip(operations, changes,
-                                                                        strict=True)))
+    ledger.batches.append(
+        tuple(pin(op, change) for op, change in zip(operations, changes, strict=True))
+    )
     return updated
 
 

@@ -34,8 +34,7 @@ def snapshot_from_rows(rows: Iterable[tuple[str, str, int]]) -> Snapshot:
     for memory_type, content, schema_version in rows:
         if schema_version != SCHEMA_VERSION:
             raise MemoryUnreadableError(
-                f"memory row has schema_version {schema_version}; this code reads "
-                f"{SCHEMA_VERSION}"
+                f"memory row has schema_version {schema_version}; this code reads {SCHEMA_VERSION}"
             )
         if memory_type not in TARGETS:
             raise MemoryUnreadableError(f"unknown memory_type {memory_type!r}")

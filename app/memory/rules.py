@@ -155,9 +155,7 @@ def normalize_match(match: str | None) -> str:
 def check_fields(operation: Operation) -> None:
     """add needs content and no match; replace needs both; remove needs match and no content."""
     if operation.target not in TARGETS:
-        raise MemoryValidationError(
-            f"Unknown target {operation.target!r}: use 'user' or 'memory'."
-        )
+        raise MemoryValidationError(f"Unknown target {operation.target!r}: use 'user' or 'memory'.")
     if operation.action not in ACTIONS:
         raise MemoryValidationError(
             f"Unknown action {operation.action!r}: use 'add', 'replace' or 'remove'."

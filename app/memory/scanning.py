@@ -83,6 +83,7 @@ _EXFILTRATION = [
     ),
 ]
 
+
 def _compile(table: list[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:
     return [(re.compile(pattern, _FLAGS), reason) for pattern, reason in table]
 

@@ -183,8 +183,13 @@ class MemoryService:
         return await finish_even_if_cancelled(
             asyncio.to_thread(
                 partial(
-                    self.commit_operations, user_id, batches, cancel_event.is_set,
-                    provenance=provenance, proposal_id=proposal_id, may_propose=may_propose,
+                    self.commit_operations,
+                    user_id,
+                    batches,
+                    cancel_event.is_set,
+                    provenance=provenance,
+                    proposal_id=proposal_id,
+                    may_propose=may_propose,
                 )
             ),
             on_cancel=cancel_event.set,

@@ -41,10 +41,26 @@ _SEARCH = re.compile(
     re.I | re.S,
 )
 _HEADING = re.compile(r"^(USER PROFILE|AGENT MEMORY) \[.*\]$", re.M)
-_IRREGULAR = {"am": "is", "have": "has", "do": "does", "go": "goes", "was": "was", "can": "can",
-              "will": "will", "would": "would", "should": "should", "must": "must"}
-_PRONOUNS = {"my": "their", "me": "them", "myself": "themselves", "mine": "theirs", "i": "they",
-             "i'm": "they are"}
+_IRREGULAR = {
+    "am": "is",
+    "have": "has",
+    "do": "does",
+    "go": "goes",
+    "was": "was",
+    "can": "can",
+    "will": "will",
+    "would": "would",
+    "should": "should",
+    "must": "must",
+}
+_PRONOUNS = {
+    "my": "their",
+    "me": "them",
+    "myself": "themselves",
+    "mine": "theirs",
+    "i": "they",
+    "i'm": "they are",
+}
 
 
 def memory_entries(system_text: str) -> dict[str, list[str]]:
@@ -129,8 +145,9 @@ def _after_search(result: str) -> str:
         return "I found nothing about that in our earlier conversations."
     quotes = [
         f'In "{item.get("conversation", "")}" ({item.get("role", "")}, {item.get("date", "")}): '
-        f'{item.get("snippet", "")}'
-        for item in found if isinstance(item, dict)
+        f"{item.get('snippet', '')}"
+        for item in found
+        if isinstance(item, dict)
     ]
     return "From our earlier conversations:\n\n" + "\n\n".join(quotes)
 
@@ -206,8 +223,11 @@ class OfflineModel:
                         return Text("Memory is switched off here, so I cannot change it.")
                     operation = {"target": target, "action": "remove", "match": entry}
                     return ToolCalls(
-                        (ToolCall(MEMORY_TOOL, {"operations": [operation]},
-                                  self._call_id(request)),)
+                        (
+                            ToolCall(
+                                MEMORY_TOOL, {"operations": [operation]}, self._call_id(request)
+                            ),
+                        )
                     )
         return Text("I have nothing in memory that matches that, so there is nothing to forget.")
 

@@ -13,8 +13,15 @@ from typing import Any
 
 OFFLINE_MODEL_NAME = "offline-memory-1"
 # Generation options a request may carry; recorded for tests, ignored by the canned answers.
-SAMPLING_KEYS = ("max_tokens", "temperature", "top_p", "presence_penalty", "frequency_penalty",
-                 "seed", "stop")
+SAMPLING_KEYS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "stop",
+)
 
 
 @dataclass(frozen=True)
@@ -116,8 +123,11 @@ def _split(text: str, parts: int) -> list[str]:
 def _usage(request: ChatRequest, output: str) -> dict[str, int]:
     prompt = sum(len(content_text(m.get("content")).split()) for m in request.messages)
     completion = len(output.split())
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
 
 
 @dataclass
@@ -166,21 +176,44 @@ async def stream_body(
         for index, call in enumerate(_tool_call_dicts(reply)):
             function = call["function"]
             output += function["arguments"]
-            yield _chunk(ids, model, {"tool_calls": [{
-                "index": index, "id": call["id"], "type": "function",
-                "function": {"name": function["name"], "arguments": ""},
-            }]})
+            yield _chunk(
+                ids,
+                model,
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": function["name"], "arguments": ""},
+                        }
+                    ]
+                },
+            )
             for piece in _split(function["arguments"], 3):
                 if delay_seconds:
                     await asyncio.sleep(delay_seconds)
-                yield _chunk(ids, model, {"tool_calls": [{
-                    "index": index, "function": {"arguments": piece},
-                }]})
+                yield _chunk(
+                    ids,
+                    model,
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "function": {"arguments": piece},
+                            }
+                        ]
+                    },
+                )
     yield _chunk(ids, model, {}, finish)
     if request.include_usage:
         usage = {
-            "id": ids.completion, "object": "chat.completion.chunk", "created": ids.created,
-            "model": model, "choices": [], "usage": _usage(request, output),
+            "id": ids.completion,
+            "object": "chat.completion.chunk",
+            "created": ids.created,
+            "model": model,
+            "choices": [],
+            "usage": _usage(request, output),
         }
         yield b"data: " + json.dumps(usage).encode() + b"\n\n"
     yield b"data: [DONE]\n\n"

@@ -28,8 +28,17 @@ _CODE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$")
 # Outcomes are enums: anything else is reported as "other", so that a free-text value can never
 # ride along in an allow-listed field.
 MEMORY_OUTCOMES: frozenset[str] = frozenset(
-    {"staged", "rejected", "unavailable", "disabled", "committed", "proposed", "none", "failed",
-     "cancelled"}
+    {
+        "staged",
+        "rejected",
+        "unavailable",
+        "disabled",
+        "committed",
+        "proposed",
+        "none",
+        "failed",
+        "cancelled",
+    }
 )
 
 

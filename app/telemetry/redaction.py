@@ -69,6 +69,7 @@ CONTENT_KEYS: frozenset[str] = frozenset(
     }
 )
 
+
 def is_content_key(key: str) -> bool:
     lowered = key.lower()
     return lowered in CONTENT_KEYS or lowered.rsplit(".", 1)[-1] in CONTENT_KEYS

@@ -41,6 +41,7 @@ from app.telemetry.span_policy import CAPTURE_ATTRIBUTES, URL_QUERY, filter_attr
 DEFAULT_SERVICE_NAME = "agent-memory-backend"
 OUR_SCOPE_PREFIX = "app."
 
+
 def _span_name(name: str, scope: TelemetryScope | None) -> str:
     name = URL_QUERY.sub("", name)
     return scope.scrub(name) if scope is not None else name

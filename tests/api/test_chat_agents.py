@@ -16,8 +16,9 @@ async def test_cold_concurrent_requests_build_one_instance_of_each_agent(
 ) -> None:
     """Twenty cold concurrent lookups per agent build exactly one instance of each; only the
     authenticated agent registers the memory and search tools; aclose disposes both clients."""
-    registry = AgentRegistry(api_settings(sqlite_url),
-                             model_transport=ScriptedModel([]).transport())
+    registry = AgentRegistry(
+        api_settings(sqlite_url), model_transport=ScriptedModel([]).transport()
+    )
     chats = await asyncio.gather(*(registry.chat() for _ in range(20)))
     evals = await asyncio.gather(*(registry.eval() for _ in range(20)))
     assert registry.builds == {"chat": 1, "eval": 1}

@@ -30,25 +30,29 @@ async def test_cancelling_a_turn_blocked_in_its_commit_commits_nothing(
     released: the stored memory is unchanged. On PostgreSQL and MariaDB (SQLite has no row
     locks to block on)."""
     with server_db.begin() as connection:
-        connection.execute(insert(agent_memory).values(
-            user_id="carol", memory_type="user", content=STORED))
-    model = ScriptedModel([
-        memory_call({"target": "user", "action": "add", "content": "The user likes coffee."}),
-        Text("Saved."),
-    ])
+        connection.execute(
+            insert(agent_memory).values(user_id="carol", memory_type="user", content=STORED)
+        )
+    model = ScriptedModel(
+        [
+            memory_call({"target": "user", "action": "add", "content": "The user likes coffee."}),
+            Text("Saved."),
+        ]
+    )
     runtime = build_runtime(api_settings(server_url), model_transport=model.transport())
     holder = server_db.connect()
     holder_transaction = holder.begin()
     try:
-        holder.execute(select(agent_memory).where(agent_memory.c.user_id == "carol")
-                       .with_for_update())
+        holder.execute(
+            select(agent_memory).where(agent_memory.c.user_id == "carol").with_for_update()
+        )
         agent = await runtime.agents.chat()
         turn = Turn(
             agent,
-            TurnRequest(message="remember that I like coffee", user_id="carol",
-                        store_transcript=False),
-            TurnServices(settings=runtime.settings, memory=runtime.memory,
-                         flags=runtime.flags),
+            TurnRequest(
+                message="remember that I like coffee", user_id="carol", store_transcript=False
+            ),
+            TurnServices(settings=runtime.settings, memory=runtime.memory, flags=runtime.flags),
         )
         events: list[TurnEvent] = []
         task = asyncio.create_task(turn.run(events.append))

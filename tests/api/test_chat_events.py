@@ -16,8 +16,6 @@ from tests.support.tokens import dev_auth
 FACT = {"target": "user", "action": "add", "content": "The user prefers short answers."}
 
 
-
-
 def test_plain_answer(db: Engine, sqlite_url: str) -> None:
     """start, delta..., memory(none), done(stop); deltas arrive piece by piece."""
     model = ScriptedModel([Text("Hello there, how can I help?")])
@@ -31,7 +29,10 @@ def test_plain_answer(db: Engine, sqlite_url: str) -> None:
     start = events[0].data
     assert start["memory"] == {"status": "available"} and start["conversation_id"]
     assert first(events, "memory").data == {
-        "outcome": "none", "user_characters": 0, "memory_characters": 0}
+        "outcome": "none",
+        "user_characters": 0,
+        "memory_characters": 0,
+    }
     assert events[-1].data == {"finish_reason": "stop"}
     model.assert_done()
 
@@ -43,10 +44,15 @@ def test_staged_tool_call_commits_after_the_answer(db: Engine, sqlite_url: str) 
         _, events = post_chat(url, dev_auth("alice"), {"message": "remember that"})
     assert without_deltas(events) == ["start", "tool", "delta", "memory", "done"]
     assert first(events, "tool").data == {
-        "name": "memory_update", "outcome": "staged", "operation_count": 1}
+        "name": "memory_update",
+        "outcome": "staged",
+        "operation_count": 1,
+    }
     assert first(events, "memory").data == {
-        "outcome": "committed", "user_characters": len(FACT["content"]),
-        "memory_characters": 0}
+        "outcome": "committed",
+        "user_characters": len(FACT["content"]),
+        "memory_characters": 0,
+    }
     assert stored(db, "alice").user == (FACT["content"],)
     # The model saw the short JSON result, which never echoes the entry.
     tool_message = model.requests[1].messages[-1]
@@ -71,8 +77,11 @@ def test_rejected_tool_call_commits_nothing(db: Engine, sqlite_url: str) -> None
 def test_flag_off_offers_no_tool(db: Engine, sqlite_url: str) -> None:
     """Status disabled: no memory tool in the request, no block in the prompt, memory(none)."""
     with db.begin() as connection:
-        connection.execute(insert(agent_memory).values(
-            user_id="alice", memory_type="user", content="The user likes sentinel-off."))
+        connection.execute(
+            insert(agent_memory).values(
+                user_id="alice", memory_type="user", content="The user likes sentinel-off."
+            )
+        )
     model = ScriptedModel([Text("Hi.")])
     settings = api_settings(sqlite_url, memory_enabled=False)
     with serve_with_model(settings, model) as url:
@@ -89,9 +98,14 @@ def test_read_failure_answers_unavailable_and_writes_nothing(db: Engine, sqlite_
     """An unreadable row (unknown schema_version): status unavailable, empty block, the tool
     answers 'memory unavailable', and nothing is written for anyone."""
     with db.begin() as connection:
-        connection.execute(insert(agent_memory).values(
-            user_id="alice", memory_type="memory", content="future format sentinel-v2",
-            schema_version=2))
+        connection.execute(
+            insert(agent_memory).values(
+                user_id="alice",
+                memory_type="memory",
+                content="future format sentinel-v2",
+                schema_version=2,
+            )
+        )
     model = ScriptedModel([memory_call(FACT), Text("Memory is unavailable.")])
     with serve_with_model(api_settings(sqlite_url), model) as url:
         _, events = post_chat(url, dev_auth("alice"), {"message": "remember that"})

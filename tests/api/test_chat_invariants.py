@@ -34,21 +34,20 @@ FACT = {"target": "user", "action": "add", "content": "The user prefers short an
 DEADLINE_SECONDS = 15.0
 
 
-
-
-
 def put(engine: Engine, user: str, target: str, *entries: str) -> None:
     with engine.begin() as connection:
-        connection.execute(insert(agent_memory).values(
-            user_id=user, memory_type=target, content=SEPARATOR.join(entries)))
+        connection.execute(
+            insert(agent_memory).values(
+                user_id=user, memory_type=target, content=SEPARATOR.join(entries)
+            )
+        )
 
 
 def wait_for_message(url: str, user: str, conversation_id: str, status: str) -> dict[str, Any]:
     """Poll the transcript (with a deadline) until the assistant message has `status`."""
     deadline = time.monotonic() + DEADLINE_SECONDS
     while time.monotonic() < deadline:
-        body = httpx.get(f"{url}/v1/conversations/{conversation_id}",
-                         headers=dev_auth(user)).json()
+        body = httpx.get(f"{url}/v1/conversations/{conversation_id}", headers=dev_auth(user)).json()
         for message in body.get("messages", []):
             if message["role"] == "assistant" and message["status"] == status:
                 return dict(message)
@@ -97,8 +96,9 @@ async def test_concurrent_turns_of_two_users_never_see_each_others_memory(
         if len(arrived) == 2:
             event.set()
         await asyncio.wait_for(event.wait(), DEADLINE_SECONDS)  # both turns are open now
-        return memory_call({"target": "memory", "action": "add",
-                            "content": f"Fact staged by {who}."})
+        return memory_call(
+            {"target": "memory", "action": "add", "content": f"Fact staged by {who}."}
+        )
 
     model = ScriptedModel([first_round, first_round, Text("ok"), Text("ok")])
     with serve_with_model(api_settings(db_url), model) as url:
@@ -110,8 +110,11 @@ async def test_concurrent_turns_of_two_users_never_see_each_others_memory(
     for events in results:
         assert names(events)[-1] == "done"
         assert first(events, "memory").data["outcome"] == "committed"
-    prompts = {str(r.messages[-1]["content"]).split()[-1]: r.system_text()
-               for r in model.requests if r.messages[-1]["role"] == "user"}
+    prompts = {
+        str(r.messages[-1]["content"]).split()[-1]: r.system_text()
+        for r in model.requests
+        if r.messages[-1]["role"] == "user"
+    }
     assert "sentinel-ALICE-91" in prompts["alice"] and "sentinel-BOB-27" not in prompts["alice"]
     assert "sentinel-BOB-27" in prompts["bob"] and "sentinel-ALICE-91" not in prompts["bob"]
     assert stored(engine, "alice").memory == ("Fact staged by alice.",)
@@ -203,7 +206,9 @@ def test_the_round_limit_ends_with_tool_limit_and_commits_nothing(
     assert names(events) == ["start", "tool", "memory", "done"]
     assert events[-1].data == {"finish_reason": "tool_limit"}
     assert first(events, "memory").data == {
-        "outcome": "failed", "reason": "tool_limit", "user_characters": 0,
+        "outcome": "failed",
+        "reason": "tool_limit",
+        "user_characters": 0,
         "memory_characters": len("Stored before the turn."),
     }
     assert stored(engine, "alice") == Snapshot(memory=("Stored before the turn.",))
@@ -243,8 +248,12 @@ def test_a_full_memory_consolidates_in_one_batch(engine: Engine, db_url: str) ->
     long_entry = "The user works on " + "x" * 1340 + "."
     put(engine, "alice", "user", long_entry)
     new = {"target": "user", "action": "add", "content": "The user prefers tea."}
-    shorten = {"target": "user", "action": "replace", "match": "The user works on",
-               "content": "The user works on compilers."}
+    shorten = {
+        "target": "user",
+        "action": "replace",
+        "match": "The user works on",
+        "content": "The user works on compilers.",
+    }
     model = ScriptedModel([memory_call(new), memory_call(shorten, new), Text("Done.")])
     with serve_with_model(api_settings(db_url), model) as url:
         _, events = post_chat(url, dev_auth("alice"), {"message": "I prefer tea"})
@@ -265,11 +274,16 @@ async def test_ten_concurrent_turns_of_one_user_keep_all_ten_facts(
     settings = api_settings(db_url)
     with serve_with_model(settings) as url:
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-            results = await asyncio.gather(*(
-                apost_chat(client, dev_auth("dana"),
-                           {"message": f"remember that fact number {n} holds"})
-                for n in range(10)
-            ))
+            results = await asyncio.gather(
+                *(
+                    apost_chat(
+                        client,
+                        dev_auth("dana"),
+                        {"message": f"remember that fact number {n} holds"},
+                    )
+                    for n in range(10)
+                )
+            )
     for events in results:
         assert first(events, "memory").data["outcome"] == "committed", names(events)
     assert sorted(stored(engine, "dana").memory) == sorted(

@@ -17,21 +17,36 @@ def test_history_is_sent_on_the_next_turn_and_bounded(engine: Engine, db_url: st
     with serve_with_model(api_settings(db_url, history_messages=2), model) as url:
         _, one = post_chat(url, dev_auth("alice"), {"message": "first question"})
         conversation_id = one[0].data["conversation_id"]
-        _, two = post_chat(url, dev_auth("alice"),
-                           {"message": "second question", "conversation_id": conversation_id})
-        post_chat(url, dev_auth("alice"),
-                  {"message": "third question", "conversation_id": conversation_id})
-        body = httpx.get(f"{url}/v1/conversations/{conversation_id}",
-                         headers=dev_auth("alice")).json()
+        _, two = post_chat(
+            url,
+            dev_auth("alice"),
+            {"message": "second question", "conversation_id": conversation_id},
+        )
+        post_chat(
+            url,
+            dev_auth("alice"),
+            {"message": "third question", "conversation_id": conversation_id},
+        )
+        body = httpx.get(
+            f"{url}/v1/conversations/{conversation_id}", headers=dev_auth("alice")
+        ).json()
     assert two[0].data["conversation_id"] == conversation_id
     second = [(m["role"], m["content"]) for m in model.requests[1].messages[1:]]
-    assert second == [("user", "first question"), ("assistant", "First answer."),
-                      ("user", "second question")]
+    assert second == [
+        ("user", "first question"),
+        ("assistant", "First answer."),
+        ("user", "second question"),
+    ]
     third = [(m["role"], m["content"]) for m in model.requests[2].messages[1:]]
-    assert third == [("user", "second question"), ("assistant", "Second answer."),
-                     ("user", "third question")]
+    assert third == [
+        ("user", "second question"),
+        ("assistant", "Second answer."),
+        ("user", "third question"),
+    ]
     assert [(m["role"], m["status"]) for m in body["messages"]] == [
-        ("user", "complete"), ("assistant", "complete")] * 3
+        ("user", "complete"),
+        ("assistant", "complete"),
+    ] * 3
     assert {m["turn_id"] for m in body["messages"][:2]} == {one[0].data["turn_id"]}
     assert body["title"] == "first question"
     model.assert_done()

@@ -16,7 +16,6 @@ KEY = "eval-key-0123456789abcdef"
 PATH = "/v1/eval/chat"
 
 
-
 def test_route_is_absent_without_a_configured_key(db: Engine, sqlite_url: str) -> None:
     """EVAL_API_KEY unset: 404 whatever the caller sends."""
     model = ScriptedModel([])
@@ -26,8 +25,11 @@ def test_route_is_absent_without_a_configured_key(db: Engine, sqlite_url: str) -
     model.assert_done()
 
 
-@pytest.mark.parametrize("headers", [{}, {"X-Eval-Key": "wrong"}, {"X-Eval-Key": KEY + "x"}],
-                         ids=["missing", "wrong", "longer"])
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"X-Eval-Key": "wrong"}, {"X-Eval-Key": KEY + "x"}],
+    ids=["missing", "wrong", "longer"],
+)
 def test_a_wrong_key_is_401(db: Engine, sqlite_url: str, headers: dict[str, str]) -> None:
     """A missing or wrong X-Eval-Key is refused before any model call."""
     model = ScriptedModel([])
@@ -42,20 +44,28 @@ def test_eval_turns_are_memory_free(db: Engine, sqlite_url: str) -> None:
     """No identity, no memory read, no tool offered, status disabled, no conversation stored;
     a bearer token changes nothing; a tool call the model makes anyway writes nothing."""
     with db.begin() as connection:
-        connection.execute(insert(agent_memory).values(
-            user_id="alice", memory_type="user", content="The user is sentinel-EVAL-55."))
-    model = ScriptedModel([
-        memory_call({"target": "user", "action": "add", "content": "The user is evil."}),
-        Text("Evaluated."),
-    ])
+        connection.execute(
+            insert(agent_memory).values(
+                user_id="alice", memory_type="user", content="The user is sentinel-EVAL-55."
+            )
+        )
+    model = ScriptedModel(
+        [
+            memory_call({"target": "user", "action": "add", "content": "The user is evil."}),
+            Text("Evaluated."),
+        ]
+    )
     headers = {"X-Eval-Key": KEY, **dev_auth("alice")}
     with serve_with_model(api_settings(sqlite_url, eval_api_key=KEY), model) as url:
         response, events = post_chat(url, headers, {"message": "hi"}, path=PATH)
         listed = httpx.get(url + "/v1/conversations", headers=dev_auth("alice")).json()
     assert response.status_code == 200
     assert without_deltas(events) == ["start", "tool", "delta", "memory", "done"]
-    assert events[0].data == {"conversation_id": None, "turn_id": events[0].data["turn_id"],
-                              "memory": {"status": "disabled"}}
+    assert events[0].data == {
+        "conversation_id": None,
+        "turn_id": events[0].data["turn_id"],
+        "memory": {"status": "disabled"},
+    }
     assert first(events, "tool").data["outcome"] == "rejected"
     assert model.requests[0].tools == ()
     assert "sentinel-EVAL-55" not in model.requests[0].system_text()

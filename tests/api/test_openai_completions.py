@@ -174,7 +174,9 @@ def test_the_compiled_system_prompt_comes_first_and_the_clients_own_after_it(
     ]
     # The same turn as /v1/chat: memory and conversation search, both run server-side.
     assert [tool["function"]["name"] for tool in model.requests[0].tools] == [
-        "memory_update", "conversation_search"]
+        "memory_update",
+        "conversation_search",
+    ]
     model.assert_done()
 
 

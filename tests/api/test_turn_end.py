@@ -81,14 +81,16 @@ def server(db_url: str, model: ScriptedModel, **overrides: Any) -> Iterator[tupl
         yield url, app.state.runtime
 
 
-def read_until(url: str, user: str, body: dict[str, Any],
-               stop: Callable[[Event], bool]) -> list[Event]:
+def read_until(
+    url: str, user: str, body: dict[str, Any], stop: Callable[[Event], bool]
+) -> list[Event]:
     """Stream a turn and leave (close the connection) right after the first event `stop`
     accepts; returns the events seen."""
     seen: list[Event] = []
-    with httpx.Client(base_url=url, timeout=30) as client, client.stream(
-        "POST", "/v1/chat", json=body, headers=dev_auth(user)
-    ) as response:
+    with (
+        httpx.Client(base_url=url, timeout=30) as client,
+        client.stream("POST", "/v1/chat", json=body, headers=dev_auth(user)) as response,
+    ):
         assert response.status_code == 200, response.read()
         for event in iter_events(response):
             seen.append(event)
@@ -122,6 +124,7 @@ def test_a_cut_before_the_commit_commits_nothing_though_the_model_would_complete
     user = user_id()
     model = ScriptedModel([memory_call(FACT), HeldText(ANSWER, gates, "answer")])
     with server(db_url, model) as (url, _runtime):
+
         def stop(event: Event) -> bool:
             if cut is None and event.event == "tool":
                 gates.release("answer")
@@ -142,14 +145,12 @@ def test_a_cut_before_the_commit_commits_nothing_though_the_model_would_complete
             assert names(events)[-1] == "done"
             assert first(events, "memory").data["outcome"] == "committed"
             assert stored(engine, user).user == (FACT["content"],)
-            assert [r["status"] for r in assistant_rows(url, user, conversation_id)] == [
-                "complete"]
+            assert [r["status"] for r in assistant_rows(url, user, conversation_id)] == ["complete"]
             return
         wait_for(lambda: assistant_rows(url, user, conversation_id), "the turn's last row")
         gates.release("answer")  # the model would finish now, if the turn were still alive
         assert "answer" not in gates.passed
-        assert [r["status"] for r in assistant_rows(url, user, conversation_id)] == [
-            "interrupted"]
+        assert [r["status"] for r in assistant_rows(url, user, conversation_id)] == ["interrupted"]
     assert memory_rows(engine, user) == 0
     assert "memory" not in names(events)
 
@@ -164,8 +165,14 @@ class HeldTranscript(ConversationService):
         super().__init__(engine)
         self.gates = gates
 
-    async def append(self, conversation_id: str | None, turn_id: str, role: Role,
-                     content: str, status: MessageStatus = "complete") -> bool:
+    async def append(
+        self,
+        conversation_id: str | None,
+        turn_id: str,
+        role: Role,
+        content: str,
+        status: MessageStatus = "complete",
+    ) -> bool:
         if role == "assistant":
             await self.gates.wait("transcript")
         return await super().append(conversation_id, turn_id, role, content, status)
@@ -269,8 +276,12 @@ def test_a_commit_that_lands_as_the_client_leaves_makes_a_complete_turn(
     with server(db_url, model) as (url, runtime):
         held = HeldCommit(runtime.engine)
         runtime.memory = held
-        events = read_until(url, user, {"message": "remember that"},
-                            lambda event: event.event == "delta" and held.landed.wait(30))
+        events = read_until(
+            url,
+            user,
+            {"message": "remember that"},
+            lambda event: event.event == "delta" and held.landed.wait(30),
+        )
         wait_for(lambda: turns and turns[0].cancel_event.is_set(), "the server seeing the cut")
         held.go_on.set()
         wait_for(lambda: turn_outcomes(), "the turn's end")
@@ -304,20 +315,28 @@ def test_a_staged_edit_never_lands_on_an_entry_the_model_did_not_see(
     it into coffee and adds a tea-ceremony entry. The commit refuses the whole batch as
     `stale_match`; the other writer's entries are untouched."""
     user = user_id()
-    MemoryService(engine).commit_operations(user, [[Operation("user", "add",
-                                                              content="The user likes tea.")]])
-    model = ScriptedModel([
-        memory_call(
-            {"target": "memory", "action": "add", "content": "Staged beside the edit."},
-            {"target": "user", "action": "replace", "match": "tea",
-             "content": "The user likes green tea."},
-        ),
-        concurrent_writer(
-            engine, user,
-            Operation("user", "replace", match="tea", content="The user likes coffee."),
-            Operation("user", "add", content="The user is a tea ceremony teacher."),
-        ),
-    ])
+    MemoryService(engine).commit_operations(
+        user, [[Operation("user", "add", content="The user likes tea.")]]
+    )
+    model = ScriptedModel(
+        [
+            memory_call(
+                {"target": "memory", "action": "add", "content": "Staged beside the edit."},
+                {
+                    "target": "user",
+                    "action": "replace",
+                    "match": "tea",
+                    "content": "The user likes green tea.",
+                },
+            ),
+            concurrent_writer(
+                engine,
+                user,
+                Operation("user", "replace", match="tea", content="The user likes coffee."),
+                Operation("user", "add", content="The user is a tea ceremony teacher."),
+            ),
+        ]
+    )
     with server(db_url, model) as (url, _runtime):
         events = read_until(url, user, {"message": "I like green tea"}, lambda _e: False)
     memory = first(events, "memory").data
@@ -335,13 +354,17 @@ def test_a_match_made_ambiguous_by_another_writer_still_edits_the_entry_the_mode
     """Concurrent adds of other facts still land, and an edit whose substring now also fits the
     newcomer resolves to the entry the model saw."""
     user = user_id()
-    MemoryService(engine).commit_operations(user, [[Operation("user", "add",
-                                                              content="The user likes tea.")]])
-    model = ScriptedModel([
-        memory_call({"target": "user", "action": "remove", "match": "likes"}),
-        concurrent_writer(engine, user,
-                          Operation("user", "add", content="The user likes jazz.")),
-    ])
+    MemoryService(engine).commit_operations(
+        user, [[Operation("user", "add", content="The user likes tea.")]]
+    )
+    model = ScriptedModel(
+        [
+            memory_call({"target": "user", "action": "remove", "match": "likes"}),
+            concurrent_writer(
+                engine, user, Operation("user", "add", content="The user likes jazz.")
+            ),
+        ]
+    )
     with server(db_url, model) as (url, _runtime):
         events = read_until(url, user, {"message": "forget that I like tea"}, lambda _e: False)
     assert first(events, "memory").data["outcome"] == "committed"
@@ -353,14 +376,18 @@ def test_a_batch_that_changes_nothing_reports_none(engine: Engine, db_url: str) 
     """Repeating a remembered fact stages a no-op: the memory event says `none`, not
     `committed`, so a client never claims a change that did not happen."""
     user = user_id()
-    MemoryService(engine).commit_operations(user, [[Operation("user", "add",
-                                                              content=FACT["content"])]])
+    MemoryService(engine).commit_operations(
+        user, [[Operation("user", "add", content=FACT["content"])]]
+    )
     model = ScriptedModel([memory_call(FACT), Text("Already saved.")])
     with server(db_url, model) as (url, _runtime):
         events = read_until(url, user, {"message": "remember that"}, lambda _e: False)
     memory = first(events, "memory").data
-    assert memory == {"outcome": "none", "user_characters": len(FACT["content"]),
-                      "memory_characters": 0}
+    assert memory == {
+        "outcome": "none",
+        "user_characters": len(FACT["content"]),
+        "memory_characters": 0,
+    }
     model.assert_done()
 
 
@@ -373,12 +400,16 @@ def test_while_the_flag_is_off_memory_reads_as_disabled_with_its_stored_counts(
     """Switching memory off keeps entries readable (`status: disabled`), and a turn's memory
     event reports the stored counts rather than zeros; nothing is offered to the model."""
     user = user_id()
-    MemoryService(engine).commit_operations(user, [[Operation("user", "add",
-                                                              content=FACT["content"])]])
+    MemoryService(engine).commit_operations(
+        user, [[Operation("user", "add", content=FACT["content"])]]
+    )
     model = ScriptedModel([Text("Hello.")])
     with server(db_url, model) as (url, _runtime):
-        switched = httpx.put(f"{url}/v1/admin/flags/memory", json={"enabled": False},
-                             headers=dev_auth("ops", ["operator"]))
+        switched = httpx.put(
+            f"{url}/v1/admin/flags/memory",
+            json={"enabled": False},
+            headers=dev_auth("ops", ["operator"]),
+        )
         assert switched.status_code == 200, switched.text
         body = httpx.get(f"{url}/v1/memory", headers=dev_auth(user)).json()
         events = read_until(url, user, {"message": "hello"}, lambda _e: False)
@@ -386,7 +417,10 @@ def test_while_the_flag_is_off_memory_reads_as_disabled_with_its_stored_counts(
     assert body["user"]["entries"] == [FACT["content"]]
     assert first(events, "start").data["memory"] == {"status": "disabled"}
     assert first(events, "memory").data == {
-        "outcome": "none", "user_characters": len(FACT["content"]), "memory_characters": 0}
+        "outcome": "none",
+        "user_characters": len(FACT["content"]),
+        "memory_characters": 0,
+    }
     assert model.requests[0].tool_names == {"conversation_search"}  # no memory tool
     assert FACT["content"] not in model.requests[0].system_text()
     model.assert_done()

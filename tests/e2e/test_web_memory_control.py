@@ -49,7 +49,8 @@ def test_each_entry_shows_its_origin_and_a_change_can_be_undone(
     open_memory(page)
     expect(user_entries(page)).to_have_text([SAVED_ENTRY])
     expect(page.locator("#doc-user-entries .entry-origin")).to_have_text(
-        f"from “{TITLE}”, just now")
+        f"from “{TITLE}”, just now"
+    )
     expect(history_items(page)).to_have_text([ADDED])
     expect(page.locator("#change-list .change-meta")).to_contain_text(f"From “{TITLE}”")
 
@@ -78,7 +79,8 @@ def test_an_undo_after_a_later_edit_is_refused_with_a_clear_message(
     expect(user_entries(page)).to_have_text(["Works early mornings"])
     page.get_by_role("button", name="Undo: Added to About you: Works at night").click()
     expect(page.locator("#memory-notice [role=alert]")).to_have_text(
-        "Cannot undo: that entry has changed since. Nothing was changed.")
+        "Cannot undo: that entry has changed since. Nothing was changed."
+    )
     assert memory_of(server, token)["user"]["entries"] == ["Works early mornings"]
 
 
@@ -91,7 +93,8 @@ def test_ask_before_saving_shows_proposals_to_accept_or_reject(
     open_memory(page)
     page.get_by_label("Ask before saving").check()
     expect(page.locator("#memory-notice [role=status]")).to_have_text(
-        "The assistant will ask before saving anything.")
+        "The assistant will ask before saving anything."
+    )
     close_drawer(page)
     send(page, REMEMBER)
     settled(page, 1)
@@ -107,7 +110,8 @@ def test_ask_before_saving_shows_proposals_to_accept_or_reject(
     expect(page.locator("#memory [data-section=proposals]")).to_be_hidden()
     expect(user_entries(page)).to_have_text([SAVED_ENTRY])
     expect(page.locator("#doc-user-entries .entry-origin")).to_have_text(
-        f"from “{TITLE}”, approved by you, just now")
+        f"from “{TITLE}”, approved by you, just now"
+    )
 
     close_drawer(page)
     send(page, "remember that I live in Lisbon")
@@ -117,7 +121,8 @@ def test_ask_before_saving_shows_proposals_to_accept_or_reject(
     page.get_by_role("button", name="Reject: Added to About you", exact=False).click()
     expect(cards(page)).to_have_count(0)
     expect(page.locator("#memory-notice [role=status]")).to_have_text(
-        "Proposal rejected: nothing was saved.")
+        "Proposal rejected: nothing was saved."
+    )
     assert memory_of(server, token)["user"]["entries"] == [SAVED_ENTRY]
     page.reload()
     open_memory(page)

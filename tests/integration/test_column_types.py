@@ -39,8 +39,11 @@ ID_COLUMNS = {
 # Ids that may be absent: who set a flag, and a change's or proposal's turn, conversation, undo.
 NULLABLE_IDS = {
     ("amem_feature_flags", "updated_by"),
-    *((table, column) for table in ("amem_memory_changes", "amem_memory_proposals")
-      for column in ("turn_id", "conversation_id")),
+    *(
+        (table, column)
+        for table in ("amem_memory_changes", "amem_memory_proposals")
+        for column in ("turn_id", "conversation_id")
+    ),
     ("amem_memory_changes", "undoes"),
 }
 

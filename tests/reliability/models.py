@@ -52,10 +52,12 @@ def pair_reply(request: ChatRequest) -> Reply:
     if "memory_update" not in request.tool_names:
         return Text(FINAL_TEXT)
     user, memory = pair_entries(key)
-    arguments = {"operations": [
-        {"target": "user", "action": "add", "content": user},
-        {"target": "memory", "action": "add", "content": memory},
-    ]}
+    arguments = {
+        "operations": [
+            {"target": "user", "action": "add", "content": user},
+            {"target": "memory", "action": "add", "content": memory},
+        ]
+    }
     return ToolCalls((ToolCall("memory_update", json.dumps(arguments), "call_pair_1"),))
 
 
@@ -92,5 +94,6 @@ class PairModelTransport(httpx.AsyncBaseTransport):
                     await gates.wait(key)
                 yield chunk
 
-        return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                              stream=AsyncIteratorStream(chunks()))
+        return httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=AsyncIteratorStream(chunks())
+        )

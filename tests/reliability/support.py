@@ -82,8 +82,17 @@ def service_process(
     log_path = log_dir / f"{name}-{port}.log"
     log_file = log_path.open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
-         "--port", str(port), "--no-access-log"],
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "app.main:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-access-log",
+        ],
         cwd=ROOT,
         env=service_env(database_url, **env),
         stdout=log_file,
@@ -167,8 +176,9 @@ def app_role(database_url: str) -> Iterator[AppRole]:
         connection.execute(text(f'CREATE ROLE "{name}" LOGIN'))
         connection.execute(text(f'GRANT CONNECT ON DATABASE "{database}" TO "{name}"'))
         connection.execute(text(f'GRANT USAGE ON SCHEMA public TO "{name}"'))
-        connection.execute(text(
-            f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{name}"'))
+        connection.execute(
+            text(f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{name}"')
+        )
         connection.execute(text(f'GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "{name}"'))
     url = parsed.set(username=name, password=None).render_as_string(hide_password=False)
     role = AppRole(name=name, database=database, url=url, admin=admin)

@@ -75,7 +75,9 @@ async def play(client: httpx.AsyncClient, url: str, gates: Gates, plan: Plan) ->
     """Run one turn and leave at the planned point (leaving the block closes the connection)."""
     deltas = 0
     async with client.stream(
-        "POST", f"{url}/v1/chat", json={"message": pair_message(plan.key)},
+        "POST",
+        f"{url}/v1/chat",
+        json={"message": pair_message(plan.key)},
         headers=dev_auth(plan.user),
     ) as response:
         assert response.status_code == 200, await response.aread()
@@ -113,8 +115,9 @@ async def play(client: httpx.AsyncClient, url: str, gates: Gates, plan: Plan) ->
 
 def turn_ended(url: str, plan: Plan) -> bool:
     """The turn's own cleanup is done once its assistant message is in the transcript."""
-    response = httpx.get(f"{url}/v1/conversations/{plan.conversation_id}",
-                         headers=dev_auth(plan.user), timeout=10)
+    response = httpx.get(
+        f"{url}/v1/conversations/{plan.conversation_id}", headers=dev_auth(plan.user), timeout=10
+    )
     assert response.status_code == 200, response.text
     return any(message["role"] == "assistant" for message in response.json()["messages"])
 
@@ -139,9 +142,7 @@ def test_cut_turns_commit_nothing_and_committed_turns_are_stored(
     began stored nothing; a turn that delivered `memory: committed` is stored; every turn's
     two-operation batch is stored whole or not at all. On PostgreSQL and MariaDB."""
     gates = Gates()
-    settings = api_settings(
-        server_url, turn_timeout_seconds=DEADLINE_SECONDS, log_level="WARNING"
-    )
+    settings = api_settings(server_url, turn_timeout_seconds=DEADLINE_SECONDS, log_level="WARNING")
     transport = PairModelTransport(gates=gates, delay_seconds=0.002)
     turns = plans(uuid.uuid4().hex[:6])
     with live_server(create_app(settings, model_transport=transport)) as url:
@@ -181,6 +182,8 @@ def test_cut_turns_commit_nothing_and_committed_turns_are_stored(
     held_and_left = {p.key for p in turns if not p.gate_opened and p.key in gates.held}
     assert held_and_left <= gates.abandoned
     assert not {p.key for p in turns if not p.gate_opened} & gates.passed
-    print(f"\ncancellation soak ({TURNS} turns): {dict(sorted(outcomes.items()))}; "
-          f"cancelled at the gate: {len(gates.abandoned)}")
+    print(
+        f"\ncancellation soak ({TURNS} turns): {dict(sorted(outcomes.items()))}; "
+        f"cancelled at the gate: {len(gates.abandoned)}"
+    )
     assert all(outcomes[f"{kind}:not stored"] + outcomes[f"{kind}:stored"] for kind in KINDS)

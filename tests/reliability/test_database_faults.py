@@ -61,7 +61,8 @@ def service(faulty: Faulty) -> Iterator[Faulty]:
     # Whatever a test broke is restored, so the next one starts from a healthy database.
     faulty.role.execute(f'ALTER DATABASE "{faulty.role.database}" CONNECTION LIMIT -1')
     faulty.role.execute(
-        f'GRANT SELECT, INSERT, UPDATE, DELETE ON agent_memory TO "{faulty.role.name}"')
+        f'GRANT SELECT, INSERT, UPDATE, DELETE ON agent_memory TO "{faulty.role.name}"'
+    )
 
 
 def pair_turn(url: str, user: str, key: str) -> TurnOutcome:
@@ -83,8 +84,10 @@ def pair_stored(engine: Engine, user: str, key: str) -> bool:
 
 def assert_recovered(service: Faulty, user: str, key: str) -> None:
     """Without a restart: ready again, and a new turn reads memory and commits."""
-    wait_for(lambda: httpx.get(f"{service.url}/readyz", timeout=10).status_code == 200,
-             "readiness after the fault was removed")
+    wait_for(
+        lambda: httpx.get(f"{service.url}/readyz", timeout=10).status_code == 200,
+        "readiness after the fault was removed",
+    )
     outcome = pair_turn(service.url, user, key)
     assert outcome.memory_status == "available" and outcome.committed, outcome
     assert pair_stored(service.engine, user, key)
@@ -93,9 +96,14 @@ def assert_recovered(service: Faulty, user: str, key: str) -> None:
 async def api_pair(client: httpx.AsyncClient, url: str, user: str, key: str) -> int:
     user_entry, memory_entry = pair_entries(key)
     response = await client.post(
-        f"{url}/v1/memory/operations", headers=dev_auth(user),
-        json={"operations": [{"target": "user", "action": "add", "content": user_entry},
-                             {"target": "memory", "action": "add", "content": memory_entry}]},
+        f"{url}/v1/memory/operations",
+        headers=dev_auth(user),
+        json={
+            "operations": [
+                {"target": "user", "action": "add", "content": user_entry},
+                {"target": "memory", "action": "add", "content": memory_entry},
+            ]
+        },
     )
     return response.status_code
 
@@ -121,11 +129,14 @@ def test_killed_connections_fail_turns_cleanly_and_commit_no_partial_batch(
     async def load() -> None:
         gate = asyncio.Semaphore(8)
         async with httpx.AsyncClient(timeout=60) as client:
+
             async def turn(n: int) -> None:
                 user, key = f"kill-{n % 6}", f"kt{n}"
                 async with gate:
-                    turns[key] = (user, await run_turn(client, service.url, dev_auth(user),
-                                                       pair_message(key)))
+                    turns[key] = (
+                        user,
+                        await run_turn(client, service.url, dev_auth(user), pair_message(key)),
+                    )
 
             async def write(n: int) -> None:
                 user, key = f"kill-{n % 6}", f"kw{n}"
@@ -182,8 +193,10 @@ def test_a_database_that_refuses_connections_mid_run_degrades_turns_and_heals(
             nonlocal finished
             user, key = f"down-{n % 4}", f"dt{n}"
             async with gate:
-                outcomes[key] = (user, await run_turn(client, service.url, dev_auth(user),
-                                                      pair_message(key)))
+                outcomes[key] = (
+                    user,
+                    await run_turn(client, service.url, dev_auth(user), pair_message(key)),
+                )
             finished += 1
             if finished == 15:
                 down_at.set()
@@ -193,17 +206,20 @@ def test_a_database_that_refuses_connections_mid_run_degrades_turns_and_heals(
         async def controller(client: httpx.AsyncClient) -> None:
             await down_at.wait()
             await asyncio.to_thread(
-                role.execute, f'ALTER DATABASE "{role.database}" CONNECTION LIMIT 0')
+                role.execute, f'ALTER DATABASE "{role.database}" CONNECTION LIMIT 0'
+            )
             await asyncio.to_thread(role.terminate_backends)
             outage["down"] = finished
             # During the outage the memory API and readiness say so.
-            assert (await client.get(f"{service.url}/v1/memory",
-                                     headers=dev_auth("down-0"))).status_code == 503
+            assert (
+                await client.get(f"{service.url}/v1/memory", headers=dev_auth("down-0"))
+            ).status_code == 503
             assert (await api_pair(client, service.url, "down-0", "down-api")) == 503
             assert (await client.get(f"{service.url}/readyz")).status_code == 503
             await up_at.wait()
             await asyncio.to_thread(
-                role.execute, f'ALTER DATABASE "{role.database}" CONNECTION LIMIT -1')
+                role.execute, f'ALTER DATABASE "{role.database}" CONNECTION LIMIT -1'
+            )
             outage["up"] = finished
 
         async with httpx.AsyncClient(timeout=60) as client, asyncio.TaskGroup() as tg:
@@ -236,8 +252,11 @@ def test_an_unreadable_table_degrades_turns_and_a_failing_write_commits_nothing(
     the second (an INSERT) fails, and the whole batch rolls back. GRANT back: turns commit."""
     role = service.role
     with service.engine.begin() as connection:
-        connection.execute(insert(agent_memory).values(
-            user_id="locked", memory_type="user", content="The user likes maps."))
+        connection.execute(
+            insert(agent_memory).values(
+                user_id="locked", memory_type="user", content="The user likes maps."
+            )
+        )
 
     role.execute(f'REVOKE SELECT ON agent_memory FROM "{role.name}"')
     outcome = pair_turn(service.url, "locked", "unreadable")
@@ -268,8 +287,9 @@ async def _api_pair_once(url: str, user: str, key: str) -> int:
 def test_the_superuser_engine_is_not_the_service_role(service: Faulty) -> None:
     """Guard for the suite itself: the faults above bind only because the service connects as
     an ordinary role, not as the superuser the harness uses."""
-    rows = service.role.execute("SELECT rolsuper FROM pg_roles WHERE rolname = :r",
-                                r=service.role.name)
+    rows = service.role.execute(
+        "SELECT rolsuper FROM pg_roles WHERE rolname = :r", r=service.role.name
+    )
     assert rows == [(False,)]
     assert httpx.get(f"{service.url}/readyz", timeout=10).status_code == 200
 
@@ -278,15 +298,25 @@ def _cluster(action: str) -> None:
     """Stop or start the PostgreSQL server itself, the way `.ci/run` starts it."""
     version = sorted(os.listdir("/etc/postgresql"))[0]
     subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", action,
-         *(["-m", "fast"] if action == "stop" else [])],
-        check=True, capture_output=True, timeout=120,
+        [
+            "pg_ctlcluster",
+            "--skip-systemctl-redirect",
+            version,
+            "main",
+            action,
+            *(["-m", "fast"] if action == "stop" else []),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
 
 
 def _server_answers() -> bool:
-    return subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"],
-                          timeout=10).returncode == 0
+    return (
+        subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"], timeout=10).returncode
+        == 0
+    )
 
 
 def test_a_database_server_restart_degrades_turns_and_heals(service: Faulty) -> None:

@@ -255,7 +255,9 @@ def test_a_frozen_database_degrades_turns_within_the_deadline_and_heals(service:
 
     # Continuing a conversation reads its history first: bounded too, a 503 in time.
     assert continued.status_code == 503 and continued_after < ANSWER_BOUND, (
-        continued.text, continued_after)
+        continued.text,
+        continued_after,
+    )
     for timed in frozen:
         assert_degraded_turn(timed)
         assert timed.conversation_id is None, timed

@@ -32,8 +32,7 @@ LIMIT = 64 * 1024  # MAX_REQUEST_BYTES for this server, small so that oversize i
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Engine]]:
     url = f"sqlite:///{tmp_path_factory.mktemp('hostile') / 'hostile.db'}"
     engine = migrated_engine(url)
-    settings = api_settings(url, max_request_bytes=LIMIT, max_message_chars=2000,
-                            log_level="ERROR")
+    settings = api_settings(url, max_request_bytes=LIMIT, max_message_chars=2000, log_level="ERROR")
     with serve_with_model(settings) as base:
         yield base, engine
     engine.dispose()
@@ -55,8 +54,13 @@ def nested(depth: int) -> bytes:
     return b"[" * depth + b"]" * depth
 
 
-ROUTES = [("POST", "/v1/memory/operations"), ("POST", "/v1/chat"), ("POST", "/dev/token"),
-          ("PUT", "/v1/admin/flags/memory"), ("POST", "/openai/v1/chat/completions")]
+ROUTES = [
+    ("POST", "/v1/memory/operations"),
+    ("POST", "/v1/chat"),
+    ("POST", "/dev/token"),
+    ("PUT", "/v1/admin/flags/memory"),
+    ("POST", "/openai/v1/chat/completions"),
+]
 TURN_ROUTES = {"/v1/chat", "/openai/v1/chat/completions"}
 BODIES: list[Any] = [
     pytest.param(b"{", "application/json", id="truncated-json"),
@@ -70,8 +74,11 @@ BODIES: list[Any] = [
     pytest.param(b'{"message": "' + b"\\ud800" + b'"}', "application/json", id="lone-surrogate"),
     pytest.param(b'{"message": "hi"}', "text/plain", id="text-plain"),
     pytest.param(b'{"message": "hi"}', "application/x-www-form-urlencoded", id="form"),
-    pytest.param(b"--x\r\nContent-Disposition: form-data; name=a\r\n\r\n1\r\n--x--\r\n",
-                 "multipart/form-data; boundary=x", id="multipart"),
+    pytest.param(
+        b"--x\r\nContent-Disposition: form-data; name=a\r\n\r\n1\r\n--x--\r\n",
+        "multipart/form-data; boundary=x",
+        id="multipart",
+    ),
     pytest.param(b"", "application/json", id="empty"),
 ]
 
@@ -97,8 +104,12 @@ def test_oversized_bodies_are_refused_before_they_are_read(served: tuple[str, En
     length) streams in; an over-long message inside a small body is 413 too."""
     base, _engine = served
     big = json.dumps({"message": "x" * (LIMIT + 10)}).encode()
-    response = httpx.post(f"{base}/v1/chat", content=big, timeout=30,
-                          headers={**dev_auth(USER), "Content-Type": "application/json"})
+    response = httpx.post(
+        f"{base}/v1/chat",
+        content=big,
+        timeout=30,
+        headers={**dev_auth(USER), "Content-Type": "application/json"},
+    )
     assert_clean_4xx(response, 413)
 
     def chunks() -> Iterator[bytes]:
@@ -107,11 +118,16 @@ def test_oversized_bodies_are_refused_before_they_are_read(served: tuple[str, En
             yield b"y" * 1024
         yield b'"}]}'
 
-    response = httpx.post(f"{base}/v1/memory/operations", content=chunks(), timeout=30,
-                          headers={**dev_auth(USER), "Content-Type": "application/json"})
+    response = httpx.post(
+        f"{base}/v1/memory/operations",
+        content=chunks(),
+        timeout=30,
+        headers={**dev_auth(USER), "Content-Type": "application/json"},
+    )
     assert_clean_4xx(response, 413)
-    response = httpx.post(f"{base}/v1/chat", json={"message": "z" * 2001},
-                          headers=dev_auth(USER), timeout=30)
+    response = httpx.post(
+        f"{base}/v1/chat", json={"message": "z" * 2001}, headers=dev_auth(USER), timeout=30
+    )
     assert_clean_4xx(response, 413)
 
 
@@ -135,10 +151,12 @@ def test_operation_batches_outside_the_contract_are_refused(served: tuple[str, E
     ]
     for operations in batches:
         # json.dumps escapes to ASCII, so an unpaired surrogate travels as "\ud800".
-        response = httpx.post(f"{base}/v1/memory/operations",
-                              content=json.dumps({"operations": operations}).encode(),
-                              headers={**dev_auth(USER), "Content-Type": "application/json"},
-                              timeout=30)
+        response = httpx.post(
+            f"{base}/v1/memory/operations",
+            content=json.dumps({"operations": operations}).encode(),
+            headers={**dev_auth(USER), "Content-Type": "application/json"},
+            timeout=30,
+        )
         assert_clean_4xx(response, 422)
     assert stored(engine, USER).user == ()
 
@@ -156,8 +174,10 @@ TOKENS: list[Any] = [
     pytest.param("garbage", id="garbage"),
     pytest.param("a.b.c", id="three-garbage-parts"),
     pytest.param("x" * 10_000, id="10kB-garbage"),
-    pytest.param(hs(claims(USER, pad="p" * 10_000), TEST_DEV_SECRET, "HS256")[:-4] + "AAAA",
-                 id="10kB-bad-signature"),
+    pytest.param(
+        hs(claims(USER, pad="p" * 10_000), TEST_DEV_SECRET, "HS256")[:-4] + "AAAA",
+        id="10kB-bad-signature",
+    ),
     pytest.param(hs(claims(USER), TEST_DEV_SECRET, "HS512"), id="wrong-alg-HS512"),
     pytest.param(hs(claims(USER), "another-secret-" + "0" * 40, "HS256"), id="wrong-secret"),
     pytest.param(unsigned_token(claims(USER)), id="alg-none"),
@@ -167,8 +187,9 @@ TOKENS: list[Any] = [
     pytest.param(hs(claims(None), TEST_DEV_SECRET, "HS256"), id="no-subject"),
     pytest.param(hs(claims(USER, ttl=-3600), TEST_DEV_SECRET, "HS256"), id="expired"),
     pytest.param(hs(claims(USER, issuer="evil"), TEST_DEV_SECRET, "HS256"), id="wrong-issuer"),
-    pytest.param(hs({**claims(USER), "aud": "other"}, TEST_DEV_SECRET, "HS256"),
-                 id="wrong-audience"),
+    pytest.param(
+        hs({**claims(USER), "aud": "other"}, TEST_DEV_SECRET, "HS256"), id="wrong-audience"
+    ),
     pytest.param("Ω" * 10, id="non-ascii"),
 ]
 
@@ -178,12 +199,19 @@ def test_bad_tokens_get_401_and_read_nothing(served: tuple[str, Engine], token: 
     """Garbage, 10 kB, wrongly signed, wrong algorithm, `alg: none`, bad claims: 401 with
     `WWW-Authenticate: Bearer`, on a read and on a write."""
     base, engine = served
-    headers = {"Authorization": f"Bearer {token}".encode().decode("latin-1")
-               if token.isascii() else "Bearer " + token.encode().hex()}
-    for method, path, body in (("GET", "/v1/memory", None),
-                               ("POST", "/v1/memory/operations",
-                                {"operations": [{"target": "user", "action": "add",
-                                                 "content": "The user likes tea."}]})):
+    headers = {
+        "Authorization": f"Bearer {token}".encode().decode("latin-1")
+        if token.isascii()
+        else "Bearer " + token.encode().hex()
+    }
+    for method, path, body in (
+        ("GET", "/v1/memory", None),
+        (
+            "POST",
+            "/v1/memory/operations",
+            {"operations": [{"target": "user", "action": "add", "content": "The user likes tea."}]},
+        ),
+    ):
         response = httpx.request(method, base + path, json=body, headers=headers, timeout=30)
         assert_clean_4xx(response, 401)
         assert response.headers["www-authenticate"].startswith("Bearer")
@@ -193,15 +221,20 @@ def test_bad_tokens_get_401_and_read_nothing(served: tuple[str, Engine], token: 
 
 @pytest.mark.parametrize(
     "authorization",
-    ["", "Bearer", "Basic dXNlcjpwYXNz", "Token abc", "Bearer a b c",
-     f"Bearer {'a' * 5000}.{'b' * 5000}.{'c' * 100}"],
+    [
+        "",
+        "Bearer",
+        "Basic dXNlcjpwYXNz",
+        "Token abc",
+        "Bearer a b c",
+        f"Bearer {'a' * 5000}.{'b' * 5000}.{'c' * 100}",
+    ],
 )
 def test_malformed_authorization_headers_get_401(
     served: tuple[str, Engine], authorization: str
 ) -> None:
     base, _engine = served
-    response = httpx.get(f"{base}/v1/memory", headers={"Authorization": authorization},
-                         timeout=30)
+    response = httpx.get(f"{base}/v1/memory", headers={"Authorization": authorization}, timeout=30)
     assert_clean_4xx(response, 401)
 
 
@@ -240,8 +273,11 @@ def status_of(answer: bytes) -> int:
 def test_malformed_headers_get_a_4xx(served: tuple[str, Engine], head: bytes) -> None:
     """Headers that no client library would send: a 4xx from the server, never a 5xx."""
     base, _engine = served
-    request = (b"POST /v1/memory/operations HTTP/1.1\r\nHost: x\r\n" + head
-               + b"\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{}")
+    request = (
+        b"POST /v1/memory/operations HTTP/1.1\r\nHost: x\r\n"
+        + head
+        + b"\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{}"
+    )
     answer = raw_request(base, request)
     if answer:  # a server may also just close a connection it will not parse
         assert 400 <= status_of(answer) < 500, answer[:200]
@@ -250,13 +286,22 @@ def test_malformed_headers_get_a_4xx(served: tuple[str, Engine], head: bytes) ->
 def test_the_service_still_serves_after_the_hostile_traffic(served: tuple[str, Engine]) -> None:
     """After everything above, a normal turn and a normal write still succeed."""
     base, engine = served
-    response = httpx.post(f"{base}/v1/memory/operations", headers=dev_auth("after"),
-                          json={"operations": [{"target": "user", "action": "add",
-                                                "content": "The user likes tea."}]}, timeout=30)
+    response = httpx.post(
+        f"{base}/v1/memory/operations",
+        headers=dev_auth("after"),
+        json={
+            "operations": [{"target": "user", "action": "add", "content": "The user likes tea."}]
+        },
+        timeout=30,
+    )
     assert response.status_code == 200, response.text
-    with httpx.stream("POST", f"{base}/v1/chat", json={"message": "hello"},
-                      headers=bearer(jwt.encode(claims("after"), TEST_DEV_SECRET, "HS256")),
-                      timeout=30) as chat:
+    with httpx.stream(
+        "POST",
+        f"{base}/v1/chat",
+        json={"message": "hello"},
+        headers=bearer(jwt.encode(claims("after"), TEST_DEV_SECRET, "HS256")),
+        timeout=30,
+    ) as chat:
         assert chat.status_code == 200
         assert "event: done" in chat.read().decode()
     assert stored(engine, "after").user == ("The user likes tea.",)
@@ -356,15 +401,16 @@ HOSTILE_CONTENT = [
 
 
 @pytest.mark.parametrize("content", HOSTILE_CONTENT)
-def test_the_rest_api_applies_the_content_policy(
-    served: tuple[str, Engine], content: str
-) -> None:
+def test_the_rest_api_applies_the_content_policy(served: tuple[str, Engine], content: str) -> None:
     """POST /v1/memory/operations refuses what the tool refuses (one policy): 422 with the
     policy's code, a message that does not echo the entry, nothing stored."""
     base, engine = served
-    response = httpx.post(f"{base}/v1/memory/operations", headers=dev_auth("policy-user"),
-                          json={"operations": [{"target": "user", "action": "add",
-                                                "content": content}]}, timeout=30)
+    response = httpx.post(
+        f"{base}/v1/memory/operations",
+        headers=dev_auth("policy-user"),
+        json={"operations": [{"target": "user", "action": "add", "content": content}]},
+        timeout=30,
+    )
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert error["code"] in ("forbidden_content", "unsafe_content")

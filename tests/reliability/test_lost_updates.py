@@ -80,7 +80,8 @@ def facts_for(user: str) -> list[Fact]:
     tag = user.removeprefix("lu-")
     facts = [
         # The offline model turns "remember that fact a7 is kiwi" into this memory entry.
-        Fact(user, "memory", f"Fact {tag}{n} is kiwi.", "turn") for n in range(TURN_FACTS)
+        Fact(user, "memory", f"Fact {tag}{n} is kiwi.", "turn")
+        for n in range(TURN_FACTS)
     ]
     facts += [
         Fact(user, "memory" if n % 2 else "user", f"Api fact {tag}{n} is plum.", "api")
@@ -93,8 +94,9 @@ async def add(client: httpx.AsyncClient, url: str, fact: Fact) -> None:
     headers = dev_auth(fact.user)
     if fact.via == "turn":
         sentence = fact.entry.removesuffix(".")
-        outcome = await run_turn(client, url, headers, f"remember that {sentence[0].lower()}"
-                                 f"{sentence[1:]}")
+        outcome = await run_turn(
+            client, url, headers, f"remember that {sentence[0].lower()}{sentence[1:]}"
+        )
         check_answered(outcome)
         fact.added = outcome.committed
         return
@@ -111,8 +113,9 @@ async def remove(client: httpx.AsyncClient, url: str, fact: Fact, by_turn: bool)
     fact.remove_attempted = True
     headers = dev_auth(fact.user)
     if by_turn:
-        outcome = await run_turn(client, url, headers,
-                                 f"forget that {fact.entry.removesuffix('.').lower()}")
+        outcome = await run_turn(
+            client, url, headers, f"forget that {fact.entry.removesuffix('.').lower()}"
+        )
         check_answered(outcome)
         # The fact was committed before this turn began, so the model saw it and staged a remove.
         assert outcome.tool == "staged", outcome
@@ -172,8 +175,9 @@ def test_two_replicas_lose_no_committed_change_and_invent_none(
         snapshot = stored(engine, user)
         for target in ("user", "memory"):
             actual = set(snapshot.entries(target))  # type: ignore[arg-type]
-            expected = {f.entry for f in facts if f.user == user and f.target == target
-                        and f.expected}
+            expected = {
+                f.entry for f in facts if f.user == user and f.target == target and f.expected
+            }
             lost += sorted(expected - actual)
             phantom += sorted(actual - expected)
             assert len(actual) == len(snapshot.entries(target))  # type: ignore[arg-type]

@@ -72,10 +72,15 @@ def test_every_operation_answers_within_its_declaration(
     headers = {"Authorization": f"Bearer {dev_token('fuzzer', roles=['operator'])}"}
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES_PER_OPERATION,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def fuzz(case: Any) -> None:
-        case.call_and_validate(base_url=base_url, headers=headers,
-                               excluded_checks=[positive_data_acceptance])
+        case.call_and_validate(
+            base_url=base_url, headers=headers, excluded_checks=[positive_data_acceptance]
+        )
 
     fuzz()

@@ -59,11 +59,13 @@ HOSTILE = [
 targets = st.sampled_from(["user", "memory"])
 clean = st.builds(
     lambda i, words, crlf: f"fact {i} " + "word " * words + ("\r\nsecond line" if crlf else ""),
-    st.integers(0, 7), st.one_of(st.integers(0, 30), st.integers(0, 30), st.integers(0, 150)),
+    st.integers(0, 7),
+    st.one_of(st.integers(0, 30), st.integers(0, 30), st.integers(0, 150)),
     st.booleans(),
 )
-hostile = st.builds(lambda i, bad: f"fact {i} {bad} end", st.integers(0, 7),
-                    st.sampled_from(HOSTILE))
+hostile = st.builds(
+    lambda i, bad: f"fact {i} {bad} end", st.integers(0, 7), st.sampled_from(HOSTILE)
+)
 
 
 def normalized(text: str) -> str:
@@ -110,8 +112,15 @@ def model_stage(state: State, batch: list[Operation]) -> tuple[State, list[Opera
             ]
         if len(found) != 1:
             return None
-        pinned.append(Operation(operation.target, operation.action, match=values[found[0]],
-                                content=operation.content, pinned=True))
+        pinned.append(
+            Operation(
+                operation.target,
+                operation.action,
+                match=values[found[0]],
+                content=operation.content,
+                pinned=True,
+            )
+        )
         if operation.action == "remove":
             del values[found[0]]
         elif any(value == content for i, value in enumerate(values) if i != found[0]):
@@ -163,24 +172,32 @@ class MemoryMachine(RuleBasedStateMachine):
         # Hypothesis explores strategies evenly; weighted choices keep most operations valid,
         # so that the stored state gets somewhere, with hostile and malformed ones mixed in.
         rng = data.draw(st.randoms(use_true_random=True))
-        weights = {"add": 6, "replace": 3, "remove": 3, "malformed": 1} if existing else {
-            "add": 12, "replace": 1, "remove": 1, "malformed": 1}
+        weights = (
+            {"add": 6, "replace": 3, "remove": 3, "malformed": 1}
+            if existing
+            else {"add": 12, "replace": 1, "remove": 1, "malformed": 1}
+        )
         kind = rng.choices(list(weights), list(weights.values()))[0]
         contents = rng.choices([clean, hostile, st.just("   ")], [12, 2, 1])[0]
         if kind == "add":
             return Operation(target, "add", content=data.draw(contents))
         if kind == "replace":
-            return Operation(target, "replace", match=data.draw(matches),
-                             content=data.draw(contents))
+            return Operation(
+                target, "replace", match=data.draw(matches), content=data.draw(contents)
+            )
         if kind == "remove":
             return Operation(target, "remove", match=data.draw(matches))
         # A field combination the contract forbids.
-        return data.draw(st.sampled_from([
-            Operation(target, "add", match="fact 1", content="fact 1 again"),
-            Operation(target, "remove", match="fact 1", content="x"),
-            Operation(target, "replace", match=None, content="fact 2"),
-            Operation(target, "add", content=None),
-        ]))
+        return data.draw(
+            st.sampled_from(
+                [
+                    Operation(target, "add", match="fact 1", content="fact 1 again"),
+                    Operation(target, "remove", match="fact 1", content="x"),
+                    Operation(target, "replace", match=None, content="fact 2"),
+                    Operation(target, "add", content=None),
+                ]
+            )
+        )
 
     def _batch(self, data: st.DataObject, known: State) -> list[Operation]:
         rng = data.draw(st.randoms(use_true_random=True))
@@ -286,8 +303,9 @@ class MemoryMachine(RuleBasedStateMachine):
         length = func.length if self.engine.dialect.name == "sqlite" else func.char_length
         with self.engine.connect() as connection:
             rows = connection.execute(
-                select(agent_memory.c.memory_type, length(agent_memory.c.content))
-                .where(agent_memory.c.user_id == self.user)
+                select(agent_memory.c.memory_type, length(agent_memory.c.content)).where(
+                    agent_memory.c.user_id == self.user
+                )
             ).all()
         # An emptied document has no row; a stored document is never longer than its limit.
         assert {kind for kind, _length in rows} == {t for t, v in self.stored.items() if v}

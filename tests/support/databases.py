@@ -22,7 +22,9 @@ from app.memory.service import MemoryService
 PG_ADMIN_URL = os.environ.get(
     "TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-MARIADB_ADMIN_URL = os.environ.get("TEST_MARIADB_ADMIN_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+MARIADB_ADMIN_URL = os.environ.get(
+    "TEST_MARIADB_ADMIN_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
+)
 
 
 def _unique_name() -> str:
@@ -118,4 +120,3 @@ def wipe(engine: Engine) -> None:
 def stored(engine: Engine, user_id: str) -> Snapshot:
     """The user's committed memory, read the way the service reads it."""
     return MemoryService(engine).read(user_id)
-

@@ -106,8 +106,9 @@ class ScriptedTransport(ChatCompletionsTransport):
 
     @staticmethod
     def _streamed(chunks: AsyncIterator[bytes]) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                              stream=AsyncIteratorStream(chunks))
+        return httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=AsyncIteratorStream(chunks)
+        )
 
     async def _broken(self, chat: ChatRequest, reply: BrokenStream) -> AsyncIterator[bytes]:
         """The text's chunks without their finish, then the connection breaks."""
@@ -178,8 +179,12 @@ def routed_transport(models: Mapping[str, ScriptedModel]) -> ChatCompletionsTran
 
 
 @contextmanager
-def serve_with_model(settings: Settings, model: ScriptedModel | None = None,
-                     *, transport: ChatCompletionsTransport | None = None) -> Iterator[str]:
+def serve_with_model(
+    settings: Settings,
+    model: ScriptedModel | None = None,
+    *,
+    transport: ChatCompletionsTransport | None = None,
+) -> Iterator[str]:
     """The app behind real uvicorn, its model replaced by a script (or the offline model)."""
     if transport is None and model is not None:
         transport = model.transport()

@@ -89,9 +89,10 @@ def post_chat(
     timeout: float = 30.0,
 ) -> tuple[httpx.Response, list[Event]]:
     """POST a turn and read its whole event stream (a non-200 answer yields no events)."""
-    with httpx.Client(base_url=base_url, timeout=timeout) as client, client.stream(
-        "POST", path, json=body, headers=headers
-    ) as response:
+    with (
+        httpx.Client(base_url=base_url, timeout=timeout) as client,
+        client.stream("POST", path, json=body, headers=headers) as response,
+    ):
         if response.status_code != 200:
             response.read()
             return response, []

@@ -10,8 +10,9 @@ DEADLINE_SECONDS = 30.0
 POLL_SECONDS = 0.02
 
 
-def wait_for(predicate: Callable[[], object], what: str, *,
-             seconds: float = DEADLINE_SECONDS) -> None:
+def wait_for(
+    predicate: Callable[[], object], what: str, *, seconds: float = DEADLINE_SECONDS
+) -> None:
     """Poll `predicate` until it is true, failing with `what` at the deadline."""
     deadline = time.monotonic() + seconds
     while not predicate():
@@ -20,8 +21,9 @@ def wait_for(predicate: Callable[[], object], what: str, *,
         time.sleep(POLL_SECONDS)
 
 
-async def await_for(predicate: Callable[[], object], what: str, *,
-                    seconds: float = DEADLINE_SECONDS) -> None:
+async def await_for(
+    predicate: Callable[[], object], what: str, *, seconds: float = DEADLINE_SECONDS
+) -> None:
     """`wait_for` for async tests: the (blocking) predicate runs in a worker thread."""
     deadline = time.monotonic() + seconds
     while not await asyncio.to_thread(predicate):

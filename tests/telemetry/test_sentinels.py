@@ -221,25 +221,53 @@ def drive_every_channel(client: Client) -> None:
     assert names(events)[-1] == "done"
     # The OpenAI-compatible route: the client's system message, history and a content part that
     # the offline model saves to memory; a streamed answer; a body it refuses (client tools).
-    raw = client.complete({"model": OFFLINE_MODEL_NAME, "messages": [
-        {"role": "system", "content": f"Client instructions {OPENAI_SYSTEM}"},
-        {"role": "assistant", "content": f"An earlier answer {OPENAI_HISTORY}"},
-        {"role": "user", "content": [
-            {"type": "text", "text": f"Remember that the locker code is {OPENAI_MEMORY}"}]},
-    ]})
+    raw = client.complete(
+        {
+            "model": OFFLINE_MODEL_NAME,
+            "messages": [
+                {"role": "system", "content": f"Client instructions {OPENAI_SYSTEM}"},
+                {"role": "assistant", "content": f"An earlier answer {OPENAI_HISTORY}"},
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "text",
+                            "text": f"Remember that the locker code is {OPENAI_MEMORY}",
+                        }
+                    ],
+                },
+            ],
+        }
+    )
     assert ChatCompletion.model_validate_json(raw).choices[0].message.content == "Saved."
     assert OPENAI_MEMORY in json.dumps(client.memory())
-    raw = client.complete({"model": OFFLINE_MODEL_NAME, "stream": True,
-                           "stream_options": {"include_usage": True},
-                           "messages": [{"role": "user", "content": f"Hi {OPENAI_STREAMED}"}]})
+    raw = client.complete(
+        {
+            "model": OFFLINE_MODEL_NAME,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": f"Hi {OPENAI_STREAMED}"}],
+        }
+    )
     assert raw.rstrip().endswith("data: [DONE]") and '"usage":{' in raw
-    client.complete({"model": OFFLINE_MODEL_NAME, "messages": [{"role": "user", "content": "x"}],
-                     "tools": [{"type": "function", "function": {
-                         "name": "lookup", "description": OPENAI_REFUSED}}]}, status=400)
+    client.complete(
+        {
+            "model": OFFLINE_MODEL_NAME,
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [
+                {"type": "function", "function": {"name": "lookup", "description": OPENAI_REFUSED}}
+            ],
+        },
+        status=400,
+    )
     # Conversation search: a query through the route; a stored message found by the tool (the
     # offline model searches on "what did we discuss about ...") and quoted in the answer.
-    response = httpx.get(f"{client.base}/v1/conversations/search", headers=client.auth,
-                         params={"q": f"okapi {SEARCH_QUERY}"}, timeout=30)
+    response = httpx.get(
+        f"{client.base}/v1/conversations/search",
+        headers=client.auth,
+        params={"q": f"okapi {SEARCH_QUERY}"},
+        timeout=30,
+    )
     assert response.status_code == 200, response.text
     events = client.chat(f"The aardvark project codename is {SEARCH_RESULT}")
     assert names(events)[-1] == "done"
@@ -256,7 +284,9 @@ def drive_every_channel(client: Client) -> None:
 
 @pytest.fixture
 def run(
-    db: Engine, sqlite_url: str, capfd: pytest.CaptureFixture[str],
+    db: Engine,
+    sqlite_url: str,
+    capfd: pytest.CaptureFixture[str],
     request: pytest.FixtureRequest,
 ) -> Iterator[Captured]:
     # `db` empties the session database first: an earlier test may have left the flag off.

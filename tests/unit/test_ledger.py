@@ -102,10 +102,13 @@ def test_a_staged_edit_never_lands_on_an_entry_the_model_did_not_see() -> None:
     turned that entry into coffee and added a tea-ceremony entry. The substring would now hit
     the newcomer; the pinned edit refuses the whole batch as stale instead."""
     ledger = MemoryLedger(snapshot=Snapshot(user=("The user likes tea.",)))
-    stage_operations(ledger, [
-        Operation("memory", "add", content="Staged next to the edit."),
-        Operation("user", "replace", match="tea", content="The user likes green tea."),
-    ])
+    stage_operations(
+        ledger,
+        [
+            Operation("memory", "add", content="Staged next to the edit."),
+            Operation("user", "replace", match="tea", content="The user likes green tea."),
+        ],
+    )
     newer = Snapshot(user=("The user likes coffee.", "The user is a tea ceremony teacher."))
     with pytest.raises(MemoryValidationError) as caught:
         replay(newer, ledger.batches)
@@ -117,8 +120,17 @@ def test_a_staged_edit_whose_entry_is_gone_is_stale(action: str) -> None:
     """The entry an edit was staged against was removed meanwhile: stale, nothing applied."""
     ledger = MemoryLedger(snapshot=Snapshot(memory=("Deploys run on Fridays.",)))
     content = "Deploys run on Mondays." if action == "replace" else None
-    stage_operations(ledger, [Operation("memory", action, match="Fridays",  # type: ignore[arg-type]
-                                        content=content)])
+    stage_operations(
+        ledger,
+        [
+            Operation(
+                "memory",
+                action,
+                match="Fridays",  # type: ignore[arg-type]
+                content=content,
+            )
+        ],
+    )
     with pytest.raises(MemoryValidationError) as caught:
         replay(Snapshot(memory=("Another fact.",)), ledger.batches)
     assert caught.value.code == "stale_match"
@@ -129,7 +141,6 @@ def test_an_edit_of_an_entry_staged_earlier_in_the_turn_replays() -> None:
     which the replay re-creates first."""
     ledger = MemoryLedger(snapshot=Snapshot())
     stage_operations(ledger, [Operation("memory", "add", content="Draft fact.")])
-    stage_operations(ledger, [Operation("memory", "replace", match="Draft",
-                                        content="Final fact.")])
+    stage_operations(ledger, [Operation("memory", "replace", match="Draft", content="Final fact.")])
     newer = Snapshot(memory=("Other writer's fact.",))
     assert replay(newer, ledger.batches).memory == ("Other writer's fact.", "Final fact.")

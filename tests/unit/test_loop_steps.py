@@ -16,15 +16,23 @@ CALL = ToolCallRequest("c1", "memory_update", '{"operations": []}')
     ("result", "round_number", "expected"),
     [
         pytest.param(RoundResult("Hi.", (), "stop"), 1, FinalOutput("Hi.", "stop"), id="answer"),
-        pytest.param(RoundResult("Hi", (), "length"), 1, FinalOutput("Hi", "length"),
-                     id="length"),
-        pytest.param(RoundResult("", (CALL,), "length"), 1, FinalOutput("", "length"),
-                     id="truncated-call-is-length"),
-        pytest.param(RoundResult("ok", (CALL,), "tool_calls"), 1, RunTools("ok", (CALL,)),
-                     id="tools"),
+        pytest.param(RoundResult("Hi", (), "length"), 1, FinalOutput("Hi", "length"), id="length"),
+        pytest.param(
+            RoundResult("", (CALL,), "length"),
+            1,
+            FinalOutput("", "length"),
+            id="truncated-call-is-length",
+        ),
+        pytest.param(
+            RoundResult("ok", (CALL,), "tool_calls"), 1, RunTools("ok", (CALL,)), id="tools"
+        ),
         pytest.param(RoundResult("", (CALL,), "tool_calls"), 6, ToolLimit(""), id="limit"),
-        pytest.param(RoundResult("done", (), "stop"), 6, FinalOutput("done", "stop"),
-                     id="answer-on-last-round"),
+        pytest.param(
+            RoundResult("done", (), "stop"),
+            6,
+            FinalOutput("done", "stop"),
+            id="answer-on-last-round",
+        ),
     ],
 )
 def test_next_step(result: RoundResult, round_number: int, expected: RoundStep) -> None:
@@ -32,10 +40,12 @@ def test_next_step(result: RoundResult, round_number: int, expected: RoundStep) 
     assert next_step(result, round_number, max_rounds=6) == expected
 
 
-def _delta(index: int, id: str | None = None, name: str | None = None,
-           arguments: str | None = None) -> SimpleNamespace:
-    return SimpleNamespace(index=index, id=id,
-                           function=SimpleNamespace(name=name, arguments=arguments))
+def _delta(
+    index: int, id: str | None = None, name: str | None = None, arguments: str | None = None
+) -> SimpleNamespace:
+    return SimpleNamespace(
+        index=index, id=id, function=SimpleNamespace(name=name, arguments=arguments)
+    )
 
 
 def test_fragments_assemble_by_index_even_interleaved() -> None:

@@ -22,16 +22,26 @@ SNAPSHOT = Snapshot(
 )
 
 
-def request(text: str, *, tools: bool = True, snapshot: Snapshot | None = SNAPSHOT,
-            extra: list[dict[str, Any]] | None = None) -> ChatRequest:
+def request(
+    text: str,
+    *,
+    tools: bool = True,
+    snapshot: Snapshot | None = SNAPSHOT,
+    extra: list[dict[str, Any]] | None = None,
+) -> ChatRequest:
     system = "You are helpful.\n\n" + (render_block(snapshot) if snapshot is not None else "")
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system},
         {"role": "user", "content": text},
         *(extra or []),
     ]
-    return ChatRequest("offline-memory-1", tuple(messages), (MEMORY_TOOL,) if tools else (),
-                       stream=True, include_usage=True)
+    return ChatRequest(
+        "offline-memory-1",
+        tuple(messages),
+        (MEMORY_TOOL,) if tools else (),
+        stream=True,
+        include_usage=True,
+    )
 
 
 def operations(reply: object) -> list[dict[str, Any]]:
@@ -44,24 +54,40 @@ def operations(reply: object) -> list[dict[str, Any]]:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        pytest.param("Remember that I prefer tea over coffee",
-                     {"target": "user", "action": "add",
-                      "content": "The user prefers tea over coffee."}, id="remember-I"),
-        pytest.param("I prefer short code examples.",
-                     {"target": "user", "action": "add",
-                      "content": "The user prefers short code examples."}, id="I-prefer"),
-        pytest.param("My name is Grace Hopper",
-                     {"target": "user", "action": "add",
-                      "content": "The user's name is Grace Hopper."}, id="my-name"),
-        pytest.param("remember that the staging database runs on port 5433",
-                     {"target": "memory", "action": "add",
-                      "content": "The staging database runs on port 5433."}, id="remember-fact"),
-        pytest.param("Forget that I prefer short answers",
-                     {"target": "user", "action": "remove",
-                      "match": "The user prefers short answers."}, id="forget-user"),
-        pytest.param("forget postgresql",
-                     {"target": "memory", "action": "remove",
-                      "match": "The project uses PostgreSQL 16."}, id="forget-memory"),
+        pytest.param(
+            "Remember that I prefer tea over coffee",
+            {"target": "user", "action": "add", "content": "The user prefers tea over coffee."},
+            id="remember-I",
+        ),
+        pytest.param(
+            "I prefer short code examples.",
+            {"target": "user", "action": "add", "content": "The user prefers short code examples."},
+            id="I-prefer",
+        ),
+        pytest.param(
+            "My name is Grace Hopper",
+            {"target": "user", "action": "add", "content": "The user's name is Grace Hopper."},
+            id="my-name",
+        ),
+        pytest.param(
+            "remember that the staging database runs on port 5433",
+            {
+                "target": "memory",
+                "action": "add",
+                "content": "The staging database runs on port 5433.",
+            },
+            id="remember-fact",
+        ),
+        pytest.param(
+            "Forget that I prefer short answers",
+            {"target": "user", "action": "remove", "match": "The user prefers short answers."},
+            id="forget-user",
+        ),
+        pytest.param(
+            "forget postgresql",
+            {"target": "memory", "action": "remove", "match": "The project uses PostgreSQL 16."},
+            id="forget-memory",
+        ),
     ],
 )
 def test_memory_requests_become_one_tool_call(text: str, expected: dict[str, Any]) -> None:
@@ -85,8 +111,9 @@ def test_recall_reads_the_block_in_its_prompt() -> None:
     assert isinstance(empty, Text) and "anything" in empty.text
 
 
-@pytest.mark.parametrize("text", ["remember that I like tea", "forget short answers",
-                                  "my name is Ada"])
+@pytest.mark.parametrize(
+    "text", ["remember that I like tea", "forget short answers", "my name is Ada"]
+)
 def test_never_calls_a_tool_that_is_not_offered(text: str) -> None:
     """With no tools in the request, the model answers in text only."""
     assert isinstance(OfflineModel().reply(request(text, tools=False)), Text)
@@ -105,19 +132,34 @@ def test_other_messages_explain_the_offline_model_and_long_ones_are_long() -> No
     ("result", "expected"),
     [
         ({"status": "staged", "operations": 1}, "Saved."),
-        ({"status": "rejected", "reason": "The entry is empty."},
-         "I could not save that: The entry is empty."),
-        ({"status": "unavailable", "message": "memory unavailable: nothing was saved"},
-         "Memory is unavailable, nothing was saved."),
+        (
+            {"status": "rejected", "reason": "The entry is empty."},
+            "I could not save that: The entry is empty.",
+        ),
+        (
+            {"status": "unavailable", "message": "memory unavailable: nothing was saved"},
+            "Memory is unavailable, nothing was saved.",
+        ),
     ],
 )
 def test_reads_the_tool_result(result: dict[str, Any], expected: str) -> None:
     """After a tool call, the reply follows the tool result message."""
-    call = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {
-            "name": "memory_update",
-            "arguments": json.dumps({"operations": [{"target": "user", "action": "add",
-                                                     "content": "x"}]})}}]}
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {
+                    "name": "memory_update",
+                    "arguments": json.dumps(
+                        {"operations": [{"target": "user", "action": "add", "content": "x"}]}
+                    ),
+                },
+            }
+        ],
+    }
     tool = {"role": "tool", "tool_call_id": "c1", "content": json.dumps(result)}
     assert OfflineModel().reply(request("remember that I like x", extra=[call, tool])) == Text(
         expected
@@ -134,9 +176,14 @@ async def test_streams_through_the_openai_sdk_word_by_word_with_split_tool_calls
     """The transport speaks the OpenAI streaming format: role/content deltas, tool-call
     fragments by index across chunks, finish_reason, usage and [DONE]."""
     calls = ToolCalls(
-        (ToolCall("memory_update", {"operations": [{"target": "memory", "action": "add",
-                                                    "content": "Fact one."}]}, "c1"),
-         ToolCall("memory_update", '{"operations": []}', "c2")),
+        (
+            ToolCall(
+                "memory_update",
+                {"operations": [{"target": "memory", "action": "add", "content": "Fact one."}]},
+                "c1",
+            ),
+            ToolCall("memory_update", '{"operations": []}', "c2"),
+        ),
         text="Saving two things now.",
     )
 
@@ -144,11 +191,15 @@ async def test_streams_through_the_openai_sdk_word_by_word_with_split_tool_calls
         return calls
 
     client = AsyncOpenAI(
-        base_url="http://offline.invalid/v1", api_key="x", max_retries=0,
+        base_url="http://offline.invalid/v1",
+        api_key="x",
+        max_retries=0,
         http_client=httpx.AsyncClient(transport=ChatCompletionsTransport(responder)),
     )
     stream = await client.chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
         stream_options={"include_usage": True},
     )
     contents: list[str] = []
@@ -161,8 +212,7 @@ async def test_streams_through_the_openai_sdk_word_by_word_with_split_tool_calls
                 contents.append(choice.delta.content)
             for delta in choice.delta.tool_calls or ():
                 fragments.setdefault(delta.index, []).append(
-                    delta.function.arguments if delta.function and delta.function.arguments
-                    else ""
+                    delta.function.arguments if delta.function and delta.function.arguments else ""
                 )
             finish = choice.finish_reason or finish
     await client.close()
@@ -176,7 +226,9 @@ async def test_streams_through_the_openai_sdk_word_by_word_with_split_tool_calls
 async def test_answers_non_streamed_requests() -> None:
     """A request without `stream` gets one chat.completion object."""
     client = AsyncOpenAI(
-        base_url="http://offline.invalid/v1", api_key="x", max_retries=0,
+        base_url="http://offline.invalid/v1",
+        api_key="x",
+        max_retries=0,
         http_client=httpx.AsyncClient(transport=ChatCompletionsTransport(OfflineModel())),
     )
     completion = await client.chat.completions.create(
@@ -196,8 +248,10 @@ async def test_the_standalone_server_speaks_the_same_protocol_over_http() -> Non
         client = AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         stream = await client.chat.completions.create(
             model="offline-memory-1",
-            messages=[{"role": "system", "content": render_block(SNAPSHOT)},
-                      {"role": "user", "content": "remember that I like tea"}],
+            messages=[
+                {"role": "system", "content": render_block(SNAPSHOT)},
+                {"role": "user", "content": "remember that I like tea"},
+            ],
             tools=[MEMORY_TOOL],  # type: ignore[list-item]
             stream=True,
         )
@@ -211,4 +265,5 @@ async def test_the_standalone_server_speaks_the_same_protocol_over_http() -> Non
         await client.close()
     assert finish == "tool_calls"
     assert json.loads("".join(arguments))["operations"] == [
-        {"target": "user", "action": "add", "content": "The user likes tea."}]
+        {"target": "user", "action": "add", "content": "The user likes tea."}
+    ]

@@ -85,29 +85,33 @@ def test_the_tool_schema_the_model_sees_is_pinned() -> None:
     from app.memory.contract import MEMORY_TOOL_NAME, operations_schema
 
     assert MEMORY_TOOL["function"]["name"] == MEMORY_TOOL_NAME == "memory_update"
-    assert MEMORY_TOOL["function"]["parameters"] == operations_schema() == {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "operations": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": 20,
-                "items": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {
-                        "target": {"enum": ["user", "memory"]},
-                        "action": {"enum": ["add", "replace", "remove"]},
-                        "match": {"type": ["string", "null"]},
-                        "content": {"type": ["string", "null"]},
+    assert (
+        MEMORY_TOOL["function"]["parameters"]
+        == operations_schema()
+        == {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "operations": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 20,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "target": {"enum": ["user", "memory"]},
+                            "action": {"enum": ["add", "replace", "remove"]},
+                            "match": {"type": ["string", "null"]},
+                            "content": {"type": ["string", "null"]},
+                        },
+                        "required": ["target", "action"],
                     },
-                    "required": ["target", "action"],
                 },
             },
-        },
-        "required": ["operations"],
-    }
+            "required": ["operations"],
+        }
+    )
 
 
 def test_v2_tells_when_to_search_only_when_the_tool_is_offered() -> None:

@@ -46,13 +46,23 @@ async def test_a_memory_turn_maps_to_steps_text_tool_and_data_parts() -> None:
         DoneEvent(finish_reason="stop"),
     )
     assert [chunk["type"] for chunk in chunks] == [
-        "start", "start-step",
-        "tool-input-available", "tool-output-available", "finish-step",
-        "start-step", "text-start", "text-delta", "text-end",
-        "data-memory", "finish-step", "finish",
+        "start",
+        "start-step",
+        "tool-input-available",
+        "tool-output-available",
+        "finish-step",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "data-memory",
+        "finish-step",
+        "finish",
     ]
     assert chunks[0]["messageMetadata"] == {
-        "conversation_id": "c1", "turn_id": "t1", "memory": {"status": "available"},
+        "conversation_id": "c1",
+        "turn_id": "t1",
+        "memory": {"status": "available"},
     }
     tool_input, tool_output = chunks[2], chunks[3]
     assert tool_input["toolName"] == "memory_update"
@@ -60,7 +70,9 @@ async def test_a_memory_turn_maps_to_steps_text_tool_and_data_parts() -> None:
     assert tool_output["toolCallId"] == tool_input["toolCallId"]
     assert tool_output["output"] == {"outcome": "staged", "operation_count": 1}
     assert chunks[9]["data"] == {
-        "outcome": "committed", "user_characters": 31, "memory_characters": 0,
+        "outcome": "committed",
+        "user_characters": 31,
+        "memory_characters": 0,
     }
     assert chunks[-1]["finishReason"] == "stop"
 
@@ -70,11 +82,17 @@ async def test_text_pieces_share_one_text_part() -> None:
     chunks = await _chunks(START, DeltaEvent("a "), DeltaEvent("b"), DoneEvent("length"))
     texts = [chunk for chunk in chunks if chunk["type"].startswith("text-")]
     assert [chunk["type"] for chunk in texts] == [
-        "text-start", "text-delta", "text-delta", "text-end",
+        "text-start",
+        "text-delta",
+        "text-delta",
+        "text-end",
     ]
     assert len({chunk["id"] for chunk in texts}) == 1
-    assert chunks[-1] == {"type": "finish", "finishReason": "length",
-                          "messageMetadata": {"finish_reason": "length"}}
+    assert chunks[-1] == {
+        "type": "finish",
+        "finishReason": "length",
+        "messageMetadata": {"finish_reason": "length"},
+    }
 
 
 async def test_an_error_closes_open_parts_and_ends_with_error_then_finish() -> None:
@@ -131,20 +149,56 @@ def _ui(role: str, text: str, **extra: Any) -> dict[str, Any]:
     [
         ({"message": "hi"}, ("hi", None)),
         ({"message": "hi", "conversation_id": "c9"}, ("hi", "c9")),
-        ({"id": "chat", "messages": [_ui("user", "hello")], "trigger": "submit-message"},
-         ("hello", None)),
-        ({"id": "chat", "messages": [
-            _ui("user", "one"), _ui("assistant", "ok", metadata={"conversation_id": "c1"}),
-            _ui("user", "two")]}, ("two", "c1")),
-        ({"id": "chat", "conversation_id": "c2", "messages": [
-            _ui("assistant", "ok", metadata={"conversation_id": "c1"}), _ui("user", "two")]},
-         ("two", "c2")),
-        ({"messages": [{"role": "user", "parts": [
-            {"type": "text", "text": "a"}, {"type": "file", "url": "x"},
-            {"type": "text", "text": "b"}]}]}, ("a\nb", None)),
+        (
+            {"id": "chat", "messages": [_ui("user", "hello")], "trigger": "submit-message"},
+            ("hello", None),
+        ),
+        (
+            {
+                "id": "chat",
+                "messages": [
+                    _ui("user", "one"),
+                    _ui("assistant", "ok", metadata={"conversation_id": "c1"}),
+                    _ui("user", "two"),
+                ],
+            },
+            ("two", "c1"),
+        ),
+        (
+            {
+                "id": "chat",
+                "conversation_id": "c2",
+                "messages": [
+                    _ui("assistant", "ok", metadata={"conversation_id": "c1"}),
+                    _ui("user", "two"),
+                ],
+            },
+            ("two", "c2"),
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "parts": [
+                            {"type": "text", "text": "a"},
+                            {"type": "file", "url": "x"},
+                            {"type": "text", "text": "b"},
+                        ],
+                    }
+                ]
+            },
+            ("a\nb", None),
+        ),
     ],
-    ids=["plain", "plain-with-conversation", "usechat-first", "usechat-continues",
-         "explicit-wins", "text-parts-joined"],
+    ids=[
+        "plain",
+        "plain-with-conversation",
+        "usechat-first",
+        "usechat-continues",
+        "explicit-wins",
+        "text-parts-joined",
+    ],
 )
 def test_use_chat_bodies_give_the_last_user_text_and_the_conversation(
     body: dict[str, Any], expected: tuple[str, str | None]
