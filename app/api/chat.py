@@ -109,7 +109,7 @@ EVENT_STREAM: dict[int | str, dict[str, Any]] = {
         "content": {
             "text/event-stream": {
                 "schema": {
-                    # One server-sent event (OpenAPI 3.1 reads `schema` as the schema of each event).
+                    # One server-sent event (OpenAPI 3.1 reads `schema` as each event's schema).
                     "type": "object",
                     "required": ["data"],
                     "properties": {
