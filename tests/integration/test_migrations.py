@@ -4,8 +4,6 @@ full downgrade and re-upgrade, the design's agent_memory table, and no drift fro
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from alembic import command
@@ -15,7 +13,6 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 
-from app.db.engine import build_engine
 from app.db.migrate import (
     CONTEXT_OPTIONS,
     MIGRATIONS,
@@ -25,7 +22,7 @@ from app.db.migrate import (
     upgrade,
 )
 from app.db.schema import metadata
-from tests.support.databases import mariadb_database, postgres_database
+from tests.support.databases import migrate
 from tests.support.memory_db import insert_row, rows
 
 APP_TABLES = set(metadata.tables)
@@ -33,32 +30,8 @@ APP_TABLES = set(metadata.tables)
 LEGACY_TABLES = {"feature_flags", "conversations", "conversation_messages"}
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mariadb", marks=pytest.mark.mariadb),
-    ]
-)
-def fresh_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    """An engine on a brand-new, never-migrated database of each backend."""
-    if request.param == "sqlite":
-        engine = build_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
-        yield engine
-        engine.dispose()
-        return
-    database = postgres_database if request.param == "postgres" else mariadb_database
-    with database() as url:
-        engine = build_engine(url)
-        yield engine
-        engine.dispose()
-
-
 def downgrade(engine: Engine, revision: str = "base") -> None:
-    config = alembic_config(engine.url.render_as_string(hide_password=False))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.downgrade(config, revision)
+    migrate(engine, revision, down=True)
 
 
 def app_tables(engine: Engine) -> set[str]:

@@ -8,10 +8,8 @@ Each test starts from a brand-new database created with the server's default col
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from alembic import command
 from sqlalchemy import Engine, inspect, text
 
 from app.conversations import repository as conversations
@@ -19,14 +17,13 @@ from app.db.engine import build_engine
 from app.db.migrate import (
     LEGACY_VERSION_TABLE,
     VERSION_TABLE,
-    alembic_config,
     current_revision,
     head_revision,
     upgrade,
 )
 from app.db.schema import is_search_object, metadata
 from app.memory.service import MemoryService
-from tests.support.databases import mariadb_database, postgres_database
+from tests.support.databases import mariadb_database, migrate
 from tests.support.memory_db import add
 
 PREVIOUS = "0003"  # the last revision before the namespaced schema
@@ -41,32 +38,9 @@ CONVERSATION = "0f8fad5b-d9cb-469f-a165-70867728950e"
 FOREIGN_REVISION = "a1b2c3d4e5f6"
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mariadb", marks=pytest.mark.mariadb),
-    ]
-)
-def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    """An engine on a brand-new, never-migrated database of each backend."""
-    if request.param == "sqlite":
-        engine = build_engine(f"sqlite:///{tmp_path / 'upgrade.db'}")
-        yield engine
-        engine.dispose()
-        return
-    database = postgres_database if request.param == "postgres" else mariadb_database
-    with database() as url:
-        engine = build_engine(url)
-        yield engine
-        engine.dispose()
-
-
-def migrate(engine: Engine, revision: str, *, down: bool = False) -> None:
-    config = alembic_config(engine.url.render_as_string(hide_password=False))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        (command.downgrade if down else command.upgrade)(config, revision)
+@pytest.fixture
+def fresh(fresh_engine: Engine) -> Engine:
+    return fresh_engine
 
 
 def versions(engine: Engine, table: str) -> list[str] | None:

@@ -4,49 +4,23 @@ and its downgrade removes exactly the search objects, keeping every message."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from alembic import command
 from sqlalchemy import Engine, func, inspect, select
 
 from app.conversations.service import ConversationService
-from app.db.engine import build_engine
-from app.db.migrate import alembic_config, upgrade
+from app.db.migrate import upgrade
 from app.db.schema import SEARCH_FTS_TABLE, SEARCH_INDEX, SEARCH_VECTOR_COLUMN
 from app.db.schema import conversation_messages as messages
-from tests.support.databases import mariadb_database, postgres_database
+from tests.support.databases import migrate
 
 BEFORE = "0005"  # the revision 0006 follows
 TURN = "0f8fad5b-d9cb-469f-a165-70867728950e"
 
 
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("mariadb", marks=pytest.mark.mariadb),
-    ]
-)
-def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    if request.param == "sqlite":
-        engine = build_engine(f"sqlite:///{tmp_path / 'search.db'}")
-        yield engine
-        engine.dispose()
-        return
-    database = postgres_database if request.param == "postgres" else mariadb_database
-    with database() as url:
-        engine = build_engine(url)
-        yield engine
-        engine.dispose()
-
-
-def migrate(engine: Engine, revision: str, *, down: bool = False) -> None:
-    config = alembic_config(engine.url.render_as_string(hide_password=False))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        (command.downgrade if down else command.upgrade)(config, revision)
+@pytest.fixture
+def fresh(fresh_engine: Engine) -> Engine:
+    return fresh_engine
 
 
 def search_objects(engine: Engine) -> set[str]:

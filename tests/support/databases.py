@@ -11,10 +11,11 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from alembic import command
 from sqlalchemy import Engine, create_engine, text
 
 from app.db.engine import build_engine
-from app.db.migrate import upgrade
+from app.db.migrate import alembic_config, upgrade
 from app.db.schema import metadata
 from app.memory.rules import Snapshot
 from app.memory.service import MemoryService
@@ -102,6 +103,14 @@ def lock_waiters(engine: Engine, statement_like: str) -> int:
                 "AND ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE :like"
             )
         return int(connection.execute(text(query), {"like": statement_like}).scalar_one())
+
+
+def migrate(engine: Engine, revision: str, *, down: bool = False) -> None:
+    """Alembic up (or down) to `revision` on this engine's database, in one transaction."""
+    config = alembic_config(engine.url.render_as_string(hide_password=False))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        (command.downgrade if down else command.upgrade)(config, revision)
 
 
 def migrated_engine(url: str) -> Engine:
