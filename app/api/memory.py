@@ -90,7 +90,8 @@ def require_writes(request: Request, scope: MemoryRequest) -> None:
         raise Conflict("Memory writes are switched off.", code="memory_disabled")
 
 
-def _unavailable() -> ServiceUnavailable:
+def memory_unavailable() -> ServiceUnavailable:
+    """The 503 of every memory route whose read or write did not complete in time."""
     return ServiceUnavailable("Memory cannot be reached right now.", code="memory_unavailable")
 
 
@@ -104,7 +105,7 @@ async def read_memory(scope: MemoryScope, runtime: RuntimeDep) -> MemoryState:
         snapshot = await runtime.memory.read_async(scope.user_id)
     except MemoryUnavailableError:
         logger.warning("memory.read_failed", route="api")
-        raise _unavailable() from None
+        raise memory_unavailable() from None
     return memory_state(snapshot, enabled=scope.writes_enabled)
 
 
@@ -145,7 +146,7 @@ async def apply_memory_operations(
         ) from None
     except Exception as error:
         logger.warning("memory.api_commit_failed", error=type(error).__name__)
-        raise _unavailable() from None
+        raise memory_unavailable() from None
     logger.info(
         "memory.api_committed",
         operation_count=len(operations),
@@ -162,6 +163,6 @@ async def forget_memory(scope: MemoryScope, runtime: RuntimeDep) -> Response:
         removed = await runtime.memory.forget_async(scope.user_id)
     except Exception as error:
         logger.warning("memory.forget_failed", error=type(error).__name__)
-        raise _unavailable() from None
+        raise memory_unavailable() from None
     logger.info("memory.forgotten", rows=removed)
     return Response(status_code=204)

@@ -8,6 +8,7 @@ import threading
 
 import structlog
 
+from app.api.memory import memory_unavailable
 from app.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
 from app.memory.provenance import Provenance
 from app.memory.repository import CommitCancelledError
@@ -60,9 +61,7 @@ async def commit_change(
         logger.warning(
             "memory.control_failed", source=provenance.source, error=type(error).__name__
         )
-        raise ServiceUnavailable(
-            "Memory cannot be reached right now.", code="memory_unavailable"
-        ) from None
+        raise memory_unavailable() from None
     logger.info(
         "memory.control_committed",
         source=provenance.source,

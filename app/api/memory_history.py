@@ -12,10 +12,10 @@ from fastapi.responses import JSONResponse
 
 from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import error_responses
-from app.api.memory import MemoryState, memory_state, require_writes
+from app.api.memory import MemoryState, memory_state, memory_unavailable, require_writes
 from app.api.memory_commit import commit_change, is_issued_id
 from app.api.timestamps import iso_utc
-from app.errors import NotFound, ServiceUnavailable, Unprocessable
+from app.errors import NotFound, Unprocessable
 from app.memory.provenance import HistoryEntry, Proposal, Provenance, change_view, operation_view
 
 logger = structlog.get_logger(__name__)
@@ -51,10 +51,6 @@ def proposal_view(proposal: Proposal) -> dict[str, Any]:
     }
 
 
-def _unavailable() -> ServiceUnavailable:
-    return ServiceUnavailable("Memory cannot be reached right now.", code="memory_unavailable")
-
-
 @router.get(
     "/history",
     summary="The caller's memory changes, newest first",
@@ -73,7 +69,7 @@ async def read_history(
         entries = await runtime.control.history(scope.user_id, limit=limit + 1, before=before)
     except Exception as error:
         logger.warning("memory.history_failed", error=type(error).__name__)
-        raise _unavailable() from None
+        raise memory_unavailable() from None
     if entries is None:
         raise Unprocessable("before must be the id of one of your changes.", code="invalid_cursor")
     page = entries[:limit]
@@ -116,7 +112,7 @@ async def export_memory(scope: MemoryScope, runtime: RuntimeDep) -> JSONResponse
         save_mode = await runtime.control.save_mode(scope.user_id)
     except Exception as error:
         logger.warning("memory.export_failed", error=type(error).__name__)
-        raise _unavailable() from None
+        raise memory_unavailable() from None
     exported_at = datetime.now(UTC)
     body = {
         "exported_at": iso_utc(exported_at),

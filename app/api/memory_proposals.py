@@ -11,10 +11,10 @@ from pydantic import BaseModel, ConfigDict
 
 from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import error_responses
-from app.api.memory import MemoryState, memory_state, require_writes
+from app.api.memory import MemoryState, memory_state, memory_unavailable, require_writes
 from app.api.memory_commit import commit_change, is_issued_id
 from app.api.memory_history import proposal_view
-from app.errors import NotFound, ServiceUnavailable
+from app.errors import NotFound
 from app.memory.provenance import Provenance, SaveMode
 
 logger = structlog.get_logger(__name__)
@@ -32,17 +32,13 @@ class MemorySettings(BaseModel):
     save_mode: SaveMode
 
 
-def _unavailable() -> ServiceUnavailable:
-    return ServiceUnavailable("Memory cannot be reached right now.", code="memory_unavailable")
-
-
 @router.get("/settings", response_model=MemorySettings, responses=error_responses(401, 503))
 async def read_settings(scope: MemoryScope, runtime: RuntimeDep) -> MemorySettings:
     try:
         return MemorySettings(save_mode=await runtime.control.save_mode(scope.user_id))
     except Exception as error:
         logger.warning("memory.settings_failed", error=type(error).__name__)
-        raise _unavailable() from None
+        raise memory_unavailable() from None
 
 
 @router.put(
@@ -56,7 +52,7 @@ async def write_settings(
         await runtime.control.set_save_mode(scope.user_id, body.save_mode)
     except Exception as error:
         logger.warning("memory.settings_failed", error=type(error).__name__)
-        raise _unavailable() from None
+        raise memory_unavailable() from None
     logger.info("memory.settings_changed", save_mode=body.save_mode)
     return body
 
@@ -69,7 +65,7 @@ async def read_proposals(scope: MemoryScope, runtime: RuntimeDep) -> dict[str, A
         pending = await runtime.control.pending(scope.user_id)
     except Exception as error:
         logger.warning("memory.proposals_failed", error=type(error).__name__)
-        raise _unavailable() from None
+        raise memory_unavailable() from None
     return {"proposals": [proposal_view(proposal) for proposal in pending]}
 
 
@@ -109,7 +105,7 @@ async def reject_proposal(proposal_id: str, scope: MemoryScope, runtime: Runtime
         removed = await runtime.control.reject(scope.user_id, proposal_id)
     except Exception as error:
         logger.warning("memory.proposals_failed", error=type(error).__name__)
-        raise _unavailable() from None
+        raise memory_unavailable() from None
     if not removed:
         raise NotFound(NO_PROPOSAL)
     logger.info("memory.proposal_rejected")
