@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import Engine
 
 from app.main import create_app
 from app.settings import Settings, SettingsError, get_settings
@@ -21,7 +22,9 @@ ALICE = dev_auth("alice")
 
 
 @pytest.fixture
-def settings(sqlite_url: str) -> Settings:
+def settings(db: Engine, sqlite_url: str) -> Settings:
+    """On the emptied session database (`db`): a test before this one may have left the
+    memory flag off, which would turn these errors into 409s."""
     return api_settings(sqlite_url, max_request_bytes=LIMIT)
 
 
