@@ -281,6 +281,14 @@ def main() -> None:
                     answered(page, 1)
                 shot(page, f"desktop-answer{suffix}")
                 if not dark:
+                    search = page.get_by_label("Search conversations")
+                    search.fill("Lisbon")
+                    page.locator("#search-results li").first.wait_for()
+                    shot(page, "desktop-search")
+                    search.press("Escape")
+                    page.locator("#change-list li").first.wait_for()
+                    page.locator("#history-title").scroll_into_view_if_needed()
+                    shot(page, "desktop-memory-history")
                     page.get_by_role("button", name="New chat").click()
                     transport.delay_seconds = 0.03
                     stream_and_stop(page, base, token, "desktop-streaming-scrolled-up", 2500)
