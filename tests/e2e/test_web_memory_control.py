@@ -10,8 +10,12 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
+from sqlalchemy import Engine
 
-from tests.e2e.conftest import memory_of
+from app.conversations.repository import MessageStatus, Role
+from app.conversations.service import ConversationService
+from app.main import create_app
+from tests.e2e.conftest import e2e_settings, memory_of, sqlite_file
 from tests.e2e.web import (
     REMEMBER,
     SAVED_ENTRY,
@@ -23,6 +27,9 @@ from tests.e2e.web import (
     sign_out,
     user_entries,
 )
+from tests.support.gates import Gates
+from tests.support.server import live_server
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -127,6 +134,56 @@ def test_ask_before_saving_shows_proposals_to_accept_or_reject(
     page.reload()
     open_memory(page)
     expect(page.get_by_label("Ask before saving")).to_be_checked()
+
+
+class HeldAnswerRow(ConversationService):
+    """Holds the write of a turn's assistant row at a gate: after the commit point and its
+    `memory` event went out, before the stream ends with `done`."""
+
+    def __init__(self, engine: Engine, gates: Gates) -> None:
+        super().__init__(engine)
+        self.gates = gates
+
+    async def append(
+        self,
+        conversation_id: str | None,
+        turn_id: str,
+        role: Role,
+        content: str,
+        status: MessageStatus = "complete",
+    ) -> bool:
+        if role == "assistant":
+            await self.gates.wait("answer-row")
+        return await super().append(conversation_id, turn_id, role, content, status)
+
+
+def test_a_proposal_card_appears_while_the_turn_is_still_open(
+    tmp_path: Path, page: Page, screen: str
+) -> None:
+    """The card is shown the moment the turn's `memory` event says `proposed`, not when the
+    turn ends: while the server holds the turn open (its stream not yet done), the card is
+    already there, and the answer is still streaming."""
+    app = create_app(e2e_settings(sqlite_file(tmp_path)))
+    gates = Gates()
+    with live_server(app) as base:
+        runtime = app.state.runtime
+        runtime.conversations = HeldAnswerRow(runtime.engine, gates)
+        try:
+            sign_in(page, base, f"hana-{screen}")
+            open_memory(page)
+            page.get_by_label("Ask before saving").check()
+            close_drawer(page)
+            answer = send(page, REMEMBER)
+            wait_for(lambda: "answer-row" in gates.held, "the turn held after its memory event")
+            open_memory(page)
+            expect(cards(page)).to_have_count(1)
+            expect(cards(page).first).to_contain_text(ADDED)
+            expect(answer).to_have_attribute("data-state", "streaming")
+        finally:
+            gates.release("answer-row")
+        close_drawer(page)
+        settled(page, 1)
+        expect(answer).to_have_attribute("data-state", "done")
 
 
 def test_export_downloads_memory_history_and_conversations(
