@@ -101,7 +101,8 @@ def _sqlite(query: Select[Any], words: tuple[str, ...], user_id: str) -> tuple[S
 
 def _postgres(
     query: Select[Any], words: tuple[str, ...], config: str, user_id: str
-) -> tuple[Select[Any], Score]:
+) -> tuple[Select[Any], Score, ColumnElement[Any]]:
+    """The matches, with their tsvector (ranked outside the candidates) and the tsquery."""
     vector: ColumnElement[Any] = literal_column(f"{messages.name}.{SEARCH_VECTOR_COLUMN}")
     words_query = func.to_tsquery(
         cast(bindparam("ts_config", config), REGCONFIG),
@@ -109,7 +110,7 @@ def _postgres(
     )
     owner = cast(bindparam("ts_owner", f"'{postgres_owner_lexeme(user_id)}'"), TSQUERY)
     tsquery = words_query.op("&&")(owner)  # the owner's lexeme and the words, in the index
-    return query.where(vector.op("@@", is_comparison=True)(tsquery)), func.ts_rank(vector, tsquery)
+    return query.where(vector.op("@@", is_comparison=True)(tsquery)), vector, tsquery
 
 
 def _mariadb(query: Select[Any], words: tuple[str, ...]) -> tuple[Select[Any], Score]:
@@ -145,26 +146,33 @@ def statement(
 ) -> Select[Any]:
     """The query for `dialect` (a SQLAlchemy dialect name); `words` must not be empty."""
     query, conditions = _base(user_id, exclude_turn_id)
+    tsquery: ColumnElement[Any] | None = None
     if dialect == "sqlite":
         matched, score = _sqlite(query, words, user_id)
     elif dialect == "postgresql":
-        matched, score = _postgres(query, words, postgres_config, user_id)
+        # ts_rank reads each tsvector: the candidates carry the tsvector (as `score`) and are
+        # ranked outside, so only they are scored, not every match.
+        matched, score, tsquery = _postgres(query, words, postgres_config, user_id)
     elif dialect in ("mysql", "mariadb"):
         matched, score = _mariadb(query, words)
     else:
         matched, score = _like(query, words)
     # Rank the newest CANDIDATES matches (all of them for most queries): the engines then stop
     # early for a word in most messages instead of scoring every one of them.
+    # SQLite orders by the FTS5 rowid (the message id): FTS5 then returns matches newest first
+    # from its own index and stops at the limit, instead of sorting every match.
+    newest = _fts.c.rowid if dialect == "sqlite" else messages.c.id
     candidates = (
         matched.add_columns(score.label("score"))
         .where(*conditions)
-        .order_by(messages.c.id.desc())
+        .order_by(newest.desc())
         .limit(CANDIDATES)
         .subquery("candidates")
     )
+    ranked = candidates.c.score if tsquery is None else func.ts_rank(candidates.c.score, tsquery)
     return (
         select(*(candidates.c[name] for name in HIT_COLUMNS))
-        .order_by(candidates.c.score.desc(), candidates.c.id.desc())
+        .order_by(ranked.desc(), candidates.c.id.desc())
         .limit(max(1, min(limit, MAX_RESULTS)))
     )
 
