@@ -108,6 +108,11 @@ class MemoryService:
             # The per-user queue and FOR UPDATE exclude concurrent writers; SERIALIZABLE's
             # predicate locks would only add conflicts between users (see `writer_queue`).
             return connection.execution_options(isolation_level="READ COMMITTED")
+        if connection.dialect.name in ("mysql", "mariadb"):
+            # FOR UPDATE locks the user's rows and reads their latest committed version; two
+            # first writers of a user collide on the primary key (retried). SERIALIZABLE's
+            # shared next-key locks only made writers of neighbouring users deadlock each other.
+            return connection.execution_options(isolation_level="READ COMMITTED")
         return connection.execution_options(isolation_level="SERIALIZABLE")
 
     def _commit_once(
@@ -132,8 +137,8 @@ class MemoryService:
         may_propose: bool = False,
     ) -> CommitResult:
         """Apply staged batches to the latest stored snapshot in one transaction that excludes
-        the user's other writers (SERIALIZABLE, or on PostgreSQL the queue and row locks),
-        recording the change in the history in the same transaction (writes.write).
+        the user's other writers (row locks on the latest committed rows; SERIALIZABLE on SQL
+        Server), recording the change in the history in the same transaction (writes.write).
 
         Only recognised deadlock/serialization failures (and the first-insert race) are
         retried, replaying the whole transaction; validation errors and unknown failures are not.
