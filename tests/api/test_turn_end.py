@@ -18,8 +18,6 @@ import pytest
 from sqlalchemy import Engine, event
 
 from app.agent.turn import Turn
-from app.conversations.repository import MessageStatus, Role
-from app.conversations.service import ConversationService
 from app.db.schema import feature_flags
 from app.main import create_app
 from app.memory.flags import write_flag
@@ -33,6 +31,7 @@ from tests.support.scripted import HeldText, ScriptedModel, Text, memory_call
 from tests.support.server import live_server
 from tests.support.sse import Event, first, iter_events, names
 from tests.support.tokens import dev_auth
+from tests.support.transcripts import GATE, HeldTranscript
 from tests.support.waiting import wait_for
 from tests.telemetry.capture import RecordingHandler
 
@@ -158,26 +157,6 @@ def test_a_cut_before_the_commit_commits_nothing_though_the_model_would_complete
 # -- a client that leaves after the commit: the turn succeeded ---------------------------------
 
 
-class HeldTranscript(ConversationService):
-    """Holds the assistant row's write at a gate, after the commit and its memory event."""
-
-    def __init__(self, engine: Engine, gates: Gates) -> None:
-        super().__init__(engine)
-        self.gates = gates
-
-    async def append(
-        self,
-        conversation_id: str | None,
-        turn_id: str,
-        role: Role,
-        content: str,
-        status: MessageStatus = "complete",
-    ) -> bool:
-        if role == "assistant":
-            await self.gates.wait("transcript")
-        return await super().append(conversation_id, turn_id, role, content, status)
-
-
 def test_a_client_that_leaves_after_the_memory_event_keeps_one_complete_row(
     engine: Engine, db_url: str, turns: list[Turn], turn_outcomes: Callable[[], list[str]]
 ) -> None:
@@ -195,13 +174,13 @@ def test_a_client_that_leaves_after_the_memory_event_keeps_one_complete_row(
             # the commit returned, its memory event went out, the row's write is held.
             if event.event != "delta":
                 return False
-            wait_for(lambda: "transcript" in gates.held, "the transcript write being held")
+            wait_for(lambda: GATE in gates.held, "the transcript write being held")
             return True
 
         events = read_until(url, user, {"message": "remember that"}, held_at_the_transcript)
         assert stored(engine, user).user == (FACT["content"],)  # committed before the cut
         wait_for(lambda: turns and turns[0].cancel_event.is_set(), "the server seeing the cut")
-        gates.release("transcript")
+        gates.release(GATE)
         conversation_id = events[0].data["conversation_id"]
         wait_for(lambda: "stop" in turn_outcomes(), "the turn's end")
         rows = assistant_rows(url, user, conversation_id)
@@ -237,13 +216,13 @@ def test_the_memory_event_reaches_the_client_before_the_transcript_is_written(
         reader = threading.Thread(target=read)
         reader.start()
         try:
-            wait_for(lambda: "transcript" in gates.held, "the assistant row's write being held")
+            wait_for(lambda: GATE in gates.held, "the assistant row's write being held")
             wait_for(
                 lambda: b"event: memory" in received,
                 "the memory event while the assistant row's write is held",
             )
         finally:
-            gates.release("transcript")
+            gates.release(GATE)
             reader.join(60)
     assert b"event: done" in received
     assert stored(engine, user).user == (FACT["content"],)

@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
-from sqlalchemy import Engine
 
-from app.conversations.repository import MessageStatus, Role
-from app.conversations.service import ConversationService
 from app.main import create_app
 from tests.e2e.conftest import e2e_settings, memory_of, sqlite_file
 from tests.e2e.web import (
@@ -29,6 +26,7 @@ from tests.e2e.web import (
 )
 from tests.support.gates import Gates
 from tests.support.server import live_server
+from tests.support.transcripts import GATE, HeldTranscript
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.browser
@@ -136,27 +134,6 @@ def test_ask_before_saving_shows_proposals_to_accept_or_reject(
     expect(page.get_by_label("Ask before saving")).to_be_checked()
 
 
-class HeldAnswerRow(ConversationService):
-    """Holds the write of a turn's assistant row at a gate: after the commit point and its
-    `memory` event went out, before the stream ends with `done`."""
-
-    def __init__(self, engine: Engine, gates: Gates) -> None:
-        super().__init__(engine)
-        self.gates = gates
-
-    async def append(
-        self,
-        conversation_id: str | None,
-        turn_id: str,
-        role: Role,
-        content: str,
-        status: MessageStatus = "complete",
-    ) -> bool:
-        if role == "assistant":
-            await self.gates.wait("answer-row")
-        return await super().append(conversation_id, turn_id, role, content, status)
-
-
 def test_a_proposal_card_appears_while_the_turn_is_still_open(
     tmp_path: Path, page: Page, screen: str
 ) -> None:
@@ -167,20 +144,20 @@ def test_a_proposal_card_appears_while_the_turn_is_still_open(
     gates = Gates()
     with live_server(app) as base:
         runtime = app.state.runtime
-        runtime.conversations = HeldAnswerRow(runtime.engine, gates)
+        runtime.conversations = HeldTranscript(runtime.engine, gates)
         try:
             sign_in(page, base, f"hana-{screen}")
             open_memory(page)
             page.get_by_label("Ask before saving").check()
             close_drawer(page)
             answer = send(page, REMEMBER)
-            wait_for(lambda: "answer-row" in gates.held, "the turn held after its memory event")
+            wait_for(lambda: GATE in gates.held, "the turn held after its memory event")
             open_memory(page)
             expect(cards(page)).to_have_count(1)
             expect(cards(page).first).to_contain_text(ADDED)
             expect(answer).to_have_attribute("data-state", "streaming")
         finally:
-            gates.release("answer-row")
+            gates.release(GATE)
         close_drawer(page)
         settled(page, 1)
         expect(answer).to_have_attribute("data-state", "done")
