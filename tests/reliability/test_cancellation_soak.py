@@ -43,6 +43,11 @@ CONCURRENCY = 10
 SEED = 20_240_611
 DELTAS = len(words(FINAL_TEXT))
 DEADLINE_SECONDS = 60.0
+# The soak is about cancellation, not the start deadline (tests/reliability/test_database_hangs.py
+# covers that): a start that waits past MEMORY_READ_TIMEOUT_SECONDS under a loaded CI machine
+# would report no conversation and no memory, and the turn could not be checked. So the soak
+# gives the start far longer than it ever needs.
+START_DEADLINE_SECONDS = 30.0
 
 # Where the client goes away. The first four leave with the gate closed: before the commit.
 BEFORE_COMMIT = ("after_start", "after_tool", "mid_text", "after_last_delta")
@@ -86,6 +91,8 @@ async def play(client: httpx.AsyncClient, url: str, gates: Gates, plan: Plan) ->
                 plan.events.append(event.event)
                 if event.event == "start":
                     plan.conversation_id = event.data["conversation_id"]
+                    # None only when the start deadline passed (see START_DEADLINE_SECONDS).
+                    assert plan.conversation_id is not None, f"turn {plan.key} stored no message"
                     if plan.kind == "after_start":
                         return
                 elif event.event == "tool":
@@ -142,7 +149,12 @@ def test_cut_turns_commit_nothing_and_committed_turns_are_stored(
     began stored nothing; a turn that delivered `memory: committed` is stored; every turn's
     two-operation batch is stored whole or not at all. On PostgreSQL and MariaDB."""
     gates = Gates()
-    settings = api_settings(server_url, turn_timeout_seconds=DEADLINE_SECONDS, log_level="WARNING")
+    settings = api_settings(
+        server_url,
+        turn_timeout_seconds=DEADLINE_SECONDS,
+        memory_read_timeout_seconds=START_DEADLINE_SECONDS,
+        log_level="WARNING",
+    )
     transport = PairModelTransport(gates=gates, delay_seconds=0.002)
     turns = plans(uuid.uuid4().hex[:6])
     with live_server(create_app(settings, model_transport=transport)) as url:
