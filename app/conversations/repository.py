@@ -37,8 +37,15 @@ def now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def create(connection: Connection, conversation_id: str, user_id: str, title: str) -> None:
-    stamp = now()
+def create(
+    connection: Connection,
+    conversation_id: str,
+    user_id: str,
+    title: str,
+    *,
+    stamp: datetime | None = None,
+) -> None:
+    stamp = stamp or now()
     connection.execute(
         insert(conversations).values(
             id=conversation_id, user_id=user_id, title=title, created_at=stamp, updated_at=stamp
@@ -80,8 +87,13 @@ def add_message(
     role: Role,
     content: str,
     status: MessageStatus,
+    *,
+    stamp: datetime | None = None,
+    touch: bool = True,
 ) -> None:
-    stamp = now()
+    """Store one message; `touch` moves the conversation's `updated_at` to it (a new
+    conversation created with the same `stamp` needs no second write)."""
+    stamp = stamp or now()
     connection.execute(
         insert(conversation_messages).values(
             conversation_id=conversation_id,
@@ -92,9 +104,12 @@ def add_message(
             created_at=stamp,
         )
     )
-    connection.execute(
-        update(conversations).where(conversations.c.id == conversation_id).values(updated_at=stamp)
-    )
+    if touch:
+        connection.execute(
+            update(conversations)
+            .where(conversations.c.id == conversation_id)
+            .values(updated_at=stamp)
+        )
 
 
 def messages(

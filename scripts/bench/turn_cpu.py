@@ -1,0 +1,109 @@
+"""CPU time a turn costs the service process: a figure that other load on the machine barely
+moves, unlike latency. Both processes of a turn are measured: the service (everything the
+backend adds) and the stub model (the model's own share, the floor of the direct path).
+
+    .venv/bin/python scripts/bench/turn_cpu.py --database sqlite [--turns 400]
+        [--concurrency 1] [--root /path/to/another/checkout] [--out NAME]
+
+Each process's user + system CPU comes from `/proc/<pid>/stat` before and after the timed
+turns (after a warm-up), divided by the turns. With `--root` the service runs from another
+checkout (the code before a change); run both and compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from scripts.bench._common import write_results  # noqa: E402
+from scripts.bench._processes import ROOT, dev_token, offline_model, service  # noqa: E402
+from scripts.bench.turn_overhead import Samples, backend_turn, block, database  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of `pid` (and its threads) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def stub_pid(base_url: str) -> int:
+    """The pid listening on the stub's port (the offline model server)."""
+    port = int(base_url.rsplit(":", 1)[1].split("/", 1)[0])
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        parts = line.split()
+        if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+            inodes.add(parts[9])
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in (entry / "fd").iterdir():
+                link = os.readlink(fd)
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    return int(entry.name)
+        except OSError:
+            continue
+    raise RuntimeError(f"no process listens on port {port}")
+
+
+async def turns(url: str, count: int, concurrency: int) -> None:
+    tokens = [dev_token(f"bench-cpu-{n}") for n in range(concurrency)]
+    async with httpx.AsyncClient(timeout=60) as http:
+        await block(lambda n: backend_turn(http, url, tokens[n], Samples()), count, concurrency)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database", choices=("postgresql", "sqlite"), default="sqlite")
+    parser.add_argument("--turns", type=int, default=400)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--root", type=Path, default=ROOT, help="the code tree to serve")
+    parser.add_argument("--out", default=None, help="results file name (default: turn_cpu_<db>)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch)
+        with (
+            database(args.database, directory, "cpu") as url,
+            offline_model(directory) as model_url,
+            service(
+                url, directory, args.root.resolve(), LLM_BASE_URL=model_url, LOG_LEVEL="INFO"
+            ) as (service_url, pid),
+        ):
+            model = stub_pid(model_url)
+            asyncio.run(turns(service_url, 50, args.concurrency))  # warm-up
+            before = cpu_seconds(pid), cpu_seconds(model)
+            asyncio.run(turns(service_url, args.turns, args.concurrency))
+            after = cpu_seconds(pid), cpu_seconds(model)
+    service_ms = (after[0] - before[0]) * 1000 / args.turns
+    model_ms = (after[1] - before[1]) * 1000 / args.turns
+    print(
+        f"{args.turns} turns on {args.database} at concurrency {args.concurrency} "
+        f"({args.root.resolve()}): service {service_ms:.2f} ms CPU per turn, "
+        f"stub model {model_ms:.2f} ms"
+    )
+    write_results(
+        args.out or f"turn_cpu_{args.database}",
+        {
+            "database": args.database,
+            "turns": args.turns,
+            "concurrency": args.concurrency,
+            "root": str(args.root.resolve()),
+            "service_cpu_ms_per_turn": round(service_ms, 3),
+            "stub_model_cpu_ms_per_turn": round(model_ms, 3),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
