@@ -2,7 +2,7 @@
 prints the share of samples per code area (inclusive) and the hottest leaf functions.
 
     .venv/bin/python scripts/bench/profile_turns.py [--database sqlite] [--seconds 20]
-        [--concurrency 4] [--root /path/to/another/checkout]
+        [--concurrency 4] [--root /path/to/another/checkout] [--gil]
 
 Needs `py-spy` (the `dev` extra) and the right to trace a child process (root in a container,
 or `kernel.yama.ptrace_scope=0`). The raw samples stay in `results/profile_<database>.txt`.
@@ -67,7 +67,9 @@ def report(raw: Path) -> None:
         print(f"  {100 * samples / max(1, total):5.1f}%  {name}")
 
 
-async def load(url: str, pid: int, seconds: int, concurrency: int, raw: Path) -> int:
+async def load(
+    url: str, pid: int, seconds: int, concurrency: int, raw: Path, *, gil: bool = False
+) -> int:
     tokens = [dev_token(f"bench-profile-{n}") for n in range(concurrency)]
     spy_binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     async with httpx.AsyncClient(timeout=60) as http:
@@ -88,6 +90,7 @@ async def load(url: str, pid: int, seconds: int, concurrency: int, raw: Path) ->
                 "-o",
                 str(raw),
                 "--nonblocking",
+                *(["--gil"] if gil else []),
             ]
         )
         samples = Samples()
@@ -104,6 +107,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--root", type=Path, default=ROOT, help="the code tree to serve")
+    parser.add_argument(
+        "--gil",
+        action="store_true",
+        help="sample only the thread holding the GIL: where CPU goes, not where turns wait",
+    )
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw = RESULTS / f"profile_{args.database}.txt"
@@ -121,7 +129,7 @@ def main() -> None:
                 LLM_MODEL=OFFLINE_MODEL_NAME,
             ) as (base, pid),
         ):
-            turns = asyncio.run(load(base, pid, args.seconds, args.concurrency, raw))
+            turns = asyncio.run(load(base, pid, args.seconds, args.concurrency, raw, gil=args.gil))
     print(f"{turns} turns in {args.seconds} s at concurrency {args.concurrency}")
     report(raw)
 
