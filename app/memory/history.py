@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, Delete, Insert, Select, delete, insert, select
 
 from app.db.schema import memory_changes
 from app.memory.provenance import HistoryEntry, Provenance, changes_from_json, changes_to_json
@@ -40,36 +40,50 @@ def _entry(row: Any) -> HistoryEntry:
     )
 
 
-def record(
-    connection: Connection, user_id: str, provenance: Provenance, changes: Sequence[Change]
-) -> str:
-    """One history row for a committed change; only operations that changed something."""
+def entry_insert(
+    user_id: str, provenance: Provenance, changes: Sequence[Change]
+) -> tuple[str, Insert]:
+    """The history row of a committed change (only the operations that changed something), and
+    its id."""
     change_id = str(uuid.uuid4())
-    connection.execute(
-        insert(memory_changes).values(
-            id=change_id,
-            user_id=user_id,
-            source=provenance.source,
-            turn_id=provenance.turn_id,
-            conversation_id=provenance.conversation_id,
-            undoes=provenance.undoes,
-            operations=changes_to_json([change for change in changes if change.changed]),
-            created_at=now(),
-        )
+    statement = insert(memory_changes).values(
+        id=change_id,
+        user_id=user_id,
+        source=provenance.source,
+        turn_id=provenance.turn_id,
+        conversation_id=provenance.conversation_id,
+        undoes=provenance.undoes,
+        operations=changes_to_json([change for change in changes if change.changed]),
+        created_at=now(),
     )
-    return change_id
+    return change_id, statement
 
 
-def trim(connection: Connection, user_id: str, keep: int) -> int:
-    """Drop the user's oldest entries beyond `keep` (two statements: MariaDB refuses a DELETE
-    whose subquery reads the same table)."""
-    cutoff = connection.execute(
+def _newest_beyond(user_id: str, keep: int) -> Select[tuple[int]]:
+    """The `seq` of the user's entry that comes after the newest `keep` (None when none does)."""
+    return (
         select(memory_changes.c.seq)
         .where(memory_changes.c.user_id == user_id)
         .order_by(memory_changes.c.seq.desc())
         .limit(1)
         .offset(keep)
-    ).scalar()
+    )
+
+
+def trim_before_insert(user_id: str, keep: int) -> Delete:
+    """The trim to run in the same statement as the insert of a new entry (PostgreSQL's
+    data-modifying CTEs): it reads the statement's snapshot, which does not hold the new entry,
+    so it keeps the newest `keep - 1` older ones, and the user has `keep` entries afterwards."""
+    return delete(memory_changes).where(
+        memory_changes.c.user_id == user_id,
+        memory_changes.c.seq <= _newest_beyond(user_id, keep - 1).scalar_subquery(),
+    )
+
+
+def trim(connection: Connection, user_id: str, keep: int) -> int:
+    """Drop the user's oldest entries beyond `keep` (two statements: MariaDB refuses a DELETE
+    whose subquery reads the same table)."""
+    cutoff = connection.execute(_newest_beyond(user_id, keep)).scalar()
     if cutoff is None:
         return 0
     result = connection.execute(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import cast
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, Delete, Insert, Update, delete, func, insert, select, update
 
 from app.db.locking import locked_memory_select
 from app.db.schema import agent_memory
@@ -54,35 +54,35 @@ def load_snapshot(connection: Connection, user_id: str, *, lock: bool = False) -
     return snapshot_from_rows(rows)
 
 
-def persist_changed_rows(
-    connection: Connection, user_id: str, current: Snapshot, updated: Snapshot
-) -> list[Target]:
-    """Write only the documents that changed; a document emptied by its last removal is deleted."""
-    changed: list[Target] = []
+def document_writes(
+    user_id: str, current: Snapshot, updated: Snapshot
+) -> list[tuple[Target, Delete | Insert | Update]]:
+    """The statement for each document that changed; a document emptied by its last removal is
+    deleted. Built, not run: PostgreSQL runs them inside the history insert (writes.persist)."""
+    writes: list[tuple[Target, Delete | Insert | Update]] = []
     for target in TARGETS:
         before, after = current.entries(target), updated.entries(target)
         if before == after:
             continue
-        changed.append(target)
         key = (agent_memory.c.user_id == user_id) & (agent_memory.c.memory_type == target)
+        statement: Delete | Insert | Update
         if not after:
-            connection.execute(delete(agent_memory).where(key))
+            statement = delete(agent_memory).where(key)
         elif not before:
-            connection.execute(
-                insert(agent_memory).values(
-                    user_id=user_id,
-                    memory_type=target,
-                    content=SEPARATOR.join(after),
-                    schema_version=SCHEMA_VERSION,
-                )
+            statement = insert(agent_memory).values(
+                user_id=user_id,
+                memory_type=target,
+                content=SEPARATOR.join(after),
+                schema_version=SCHEMA_VERSION,
             )
         else:
-            connection.execute(
+            statement = (
                 update(agent_memory)
                 .where(key)
                 .values(content=SEPARATOR.join(after), updated_at=func.current_timestamp())
             )
-    return changed
+        writes.append((target, statement))
+    return writes
 
 
 def delete_all(connection: Connection, user_id: str) -> int:

@@ -5,6 +5,7 @@ The caller (MemoryService) owns the transaction, its retries and the writer queu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -21,7 +22,7 @@ from app.memory.provenance import (
     stale_undo,
 )
 from app.memory.repository import CancelCheck, check_cancel
-from app.memory.rules import MemoryValidationError, Snapshot, Target
+from app.memory.rules import Change, MemoryValidationError, Snapshot, Target
 from app.telemetry.sensitive import register_memory, register_operations, register_sensitive
 
 API = Provenance("api")
@@ -121,15 +122,51 @@ def write(
             raise stale_undo() from None
         raise
     check_cancel(should_cancel, "before persistence")
-    changed = repository.persist_changed_rows(connection, user_id, current, updated)
-    change_id = None
-    if changed:
-        change_id = history.record(connection, user_id, provenance, changes)
-        history.trim(connection, user_id, limits.history)
+    changed, change_id = persist(
+        connection, user_id, provenance, current, updated, changes, keep=limits.history
+    )
     if request.proposal_id is not None:
         proposals.remove(connection, user_id, request.proposal_id)
     check_cancel(should_cancel, "before the transaction ended")
     return Written(updated, tuple(changed), change_id=change_id)
+
+
+def persist(
+    connection: Connection,
+    user_id: str,
+    provenance: Provenance,
+    current: Snapshot,
+    updated: Snapshot,
+    changes: Sequence[Change],
+    *,
+    keep: int,
+) -> tuple[list[Target], str | None]:
+    """Write the documents that changed and their history row, and trim the history to the
+    newest `keep` entries; nothing when nothing changed. Returns the changed targets and the
+    history entry's id.
+
+    PostgreSQL runs it all as one statement (the document writes and the trim as
+    data-modifying CTEs of the history insert): one round trip instead of three or four,
+    inside the per-user lock. Its parts touch different rows and share one snapshot, which
+    the trim accounts for (history.trim_before_insert). MariaDB/MySQL and SQLite have no
+    data-modifying CTEs, and MariaDB refuses a DELETE that reads its own table: one statement
+    each there.
+    """
+    writes = repository.document_writes(user_id, current, updated)
+    if not writes:
+        return [], None
+    changed = [target for target, _ in writes]
+    change_id, entry = history.entry_insert(user_id, provenance, changes)
+    if connection.dialect.name == "postgresql":
+        parts = [statement.cte(f"write_{target}") for target, statement in writes]
+        trimmed = history.trim_before_insert(user_id, keep).cte("trimmed")
+        connection.execute(entry.add_cte(*parts, trimmed))
+        return changed, change_id
+    for _, statement in writes:
+        connection.execute(statement)
+    connection.execute(entry)
+    history.trim(connection, user_id, keep)
+    return changed, change_id
 
 
 def forget(connection: Connection, user_id: str) -> int:
