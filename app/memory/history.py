@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Delete, Insert, Select, delete, insert, select
+from sqlalchemy import Connection, Integer, Select, bindparam, delete, insert, select
 
 from app.db.schema import memory_changes
 from app.memory.provenance import HistoryEntry, Provenance, changes_from_json, changes_to_json
@@ -40,26 +40,28 @@ def _entry(row: Any) -> HistoryEntry:
     )
 
 
-def entry_insert(
-    user_id: str, provenance: Provenance, changes: Sequence[Change]
-) -> tuple[str, Insert]:
-    """The history row of a committed change (only the operations that changed something), and
-    its id."""
-    change_id = str(uuid.uuid4())
-    statement = insert(memory_changes).values(
-        id=change_id,
-        user_id=user_id,
-        source=provenance.source,
-        turn_id=provenance.turn_id,
-        conversation_id=provenance.conversation_id,
-        undoes=provenance.undoes,
-        operations=changes_to_json([change for change in changes if change.changed]),
-        created_at=now(),
-    )
-    return change_id, statement
+ENTRY_INSERT = insert(memory_changes).values(
+    {column: bindparam(f"entry_{column.name}", type_=column.type) for column in _COLUMNS}
+    | {memory_changes.c.user_id: bindparam("owner_id", type_=memory_changes.c.user_id.type)}
+)
 
 
-def _newest_beyond(user_id: str, keep: int) -> Select[tuple[int]]:
+def entry_params(user_id: str, provenance: Provenance, changes: Sequence[Change]) -> dict[str, Any]:
+    """What ENTRY_INSERT binds for a committed change (a new id; only the operations that
+    changed something). No name is a column's: insert and update would take it for a value."""
+    return {
+        "entry_id": str(uuid.uuid4()),
+        "owner_id": user_id,
+        "entry_source": provenance.source,
+        "entry_turn_id": provenance.turn_id,
+        "entry_conversation_id": provenance.conversation_id,
+        "entry_undoes": provenance.undoes,
+        "entry_operations": changes_to_json([change for change in changes if change.changed]),
+        "entry_created_at": now(),
+    }
+
+
+def _newest_beyond(user_id: Any, keep: Any) -> Select[tuple[int]]:
     """The `seq` of the user's entry that comes after the newest `keep` (None when none does)."""
     return (
         select(memory_changes.c.seq)
@@ -70,14 +72,17 @@ def _newest_beyond(user_id: str, keep: int) -> Select[tuple[int]]:
     )
 
 
-def trim_before_insert(user_id: str, keep: int) -> Delete:
-    """The trim to run in the same statement as the insert of a new entry (PostgreSQL's
-    data-modifying CTEs): it reads the statement's snapshot, which does not hold the new entry,
-    so it keeps the newest `keep - 1` older ones, and the user has `keep` entries afterwards."""
-    return delete(memory_changes).where(
-        memory_changes.c.user_id == user_id,
-        memory_changes.c.seq <= _newest_beyond(user_id, keep - 1).scalar_subquery(),
-    )
+# The trim to run in the same statement as ENTRY_INSERT (PostgreSQL's data-modifying CTEs): it
+# reads the statement's snapshot, which does not hold the new entry, so it keeps the newest
+# `keep_older` (= the limit - 1) older ones, and the user has the limit's entries afterwards.
+TRIM_BEFORE_INSERT = delete(memory_changes).where(
+    memory_changes.c.user_id == bindparam("owner_id", type_=memory_changes.c.user_id.type),
+    memory_changes.c.seq
+    <= _newest_beyond(
+        bindparam("owner_id", type_=memory_changes.c.user_id.type),
+        bindparam("keep_older", type_=Integer()),
+    ).scalar_subquery(),
+)
 
 
 def trim(connection: Connection, user_id: str, keep: int) -> int:

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Insert
 
 from app.memory import history, proposals, repository
 from app.memory.ledger import replay, replay_changes
@@ -148,25 +149,35 @@ def persist(
     PostgreSQL runs it all as one statement (the document writes and the trim as
     data-modifying CTEs of the history insert): one round trip instead of three or four,
     inside the per-user lock. Its parts touch different rows and share one snapshot, which
-    the trim accounts for (history.trim_before_insert). MariaDB/MySQL and SQLite have no
+    the trim accounts for (history.TRIM_BEFORE_INSERT). MariaDB/MySQL and SQLite have no
     data-modifying CTEs, and MariaDB refuses a DELETE that reads its own table: one statement
-    each there.
+    each there. Every statement is built once and bound per call.
     """
-    writes = repository.document_writes(user_id, current, updated)
+    writes, contents = repository.document_writes(current, updated)
     if not writes:
         return [], None
     changed = [target for target, _ in writes]
-    change_id, entry = history.entry_insert(user_id, provenance, changes)
+    entry = history.entry_params(user_id, provenance, changes)
     if connection.dialect.name == "postgresql":
-        parts = [statement.cte(f"write_{target}") for target, statement in writes]
-        trimmed = history.trim_before_insert(user_id, keep).cte("trimmed")
-        connection.execute(entry.add_cte(*parts, trimmed))
-        return changed, change_id
-    for _, statement in writes:
-        connection.execute(statement)
-    connection.execute(entry)
+        params = {**entry, **contents, "keep_older": keep - 1}
+        connection.execute(_in_one_statement(tuple(writes)), params)
+        return changed, str(entry["entry_id"])
+    for target, kind in writes:
+        connection.execute(
+            repository.document_statement(target, kind), {"owner_id": user_id, **contents}
+        )
+    connection.execute(history.ENTRY_INSERT, entry)
     history.trim(connection, user_id, keep)
-    return changed, change_id
+    return changed, str(entry["entry_id"])
+
+
+@cache
+def _in_one_statement(writes: tuple[tuple[Target, repository.DocumentWrite], ...]) -> Insert:
+    parts = [
+        repository.document_statement(target, kind).cte(f"write_{target}")
+        for target, kind in writes
+    ]
+    return history.ENTRY_INSERT.add_cte(*parts, history.TRIM_BEFORE_INSERT.cte("trimmed"))
 
 
 def forget(connection: Connection, user_id: str) -> int:
