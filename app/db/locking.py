@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Connection, Select, select, text
+from sqlalchemy import BindParameter, Connection, Select, select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from app.db.schema import agent_memory
@@ -24,7 +24,9 @@ UNIQUE_MYSQL_CODES = frozenset({1062})
 UNIQUE_MSSQL_CODES = frozenset({2627, 2601})
 
 
-def locked_memory_select(dialect: str, user_id: str) -> Select[tuple[str, str, int]]:
+def locked_memory_select(
+    dialect: str, user_id: str | BindParameter[str]
+) -> Select[tuple[str, str, int]]:
     """The user's rows, read under a write lock that excludes concurrent writers until commit.
 
     PostgreSQL and MariaDB: `FOR UPDATE`. SQL Server: `WITH (UPDLOCK, HOLDLOCK)`, which also
@@ -99,6 +101,9 @@ def is_unique_violation(error: BaseException) -> bool:
     return "unique constraint failed" in str(error.orig).lower()
 
 
+_QUEUE = text("SELECT pg_advisory_xact_lock(hashtextextended(:user_id, 0))")
+
+
 @contextmanager
 def writer_queue(connection: Connection, user_id: str) -> Iterator[None]:
     """Queue one user's writers inside their transaction (PostgreSQL only; the first statement).
@@ -119,8 +124,5 @@ def writer_queue(connection: Connection, user_id: str) -> Iterator[None]:
     SQLSTATE 55P03 (`is_timeout`), a clear failed commit rather than a hang.
     """
     if connection.dialect.name == "postgresql":
-        connection.execute(
-            text("SELECT pg_advisory_xact_lock(hashtextextended(:user_id, 0))"),
-            {"user_id": user_id},
-        )
+        connection.execute(_QUEUE, {"user_id": user_id})
     yield

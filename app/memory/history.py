@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, Integer, Select, bindparam, delete, insert, select
 
 from app.db.schema import memory_changes
 from app.memory.provenance import HistoryEntry, Provenance, changes_from_json, changes_to_json
@@ -40,36 +40,55 @@ def _entry(row: Any) -> HistoryEntry:
     )
 
 
-def record(
-    connection: Connection, user_id: str, provenance: Provenance, changes: Sequence[Change]
-) -> str:
-    """One history row for a committed change; only operations that changed something."""
-    change_id = str(uuid.uuid4())
-    connection.execute(
-        insert(memory_changes).values(
-            id=change_id,
-            user_id=user_id,
-            source=provenance.source,
-            turn_id=provenance.turn_id,
-            conversation_id=provenance.conversation_id,
-            undoes=provenance.undoes,
-            operations=changes_to_json([change for change in changes if change.changed]),
-            created_at=now(),
-        )
-    )
-    return change_id
+ENTRY_INSERT = insert(memory_changes).values(
+    {column: bindparam(f"entry_{column.name}", type_=column.type) for column in _COLUMNS}
+    | {memory_changes.c.user_id: bindparam("owner_id", type_=memory_changes.c.user_id.type)}
+)
 
 
-def trim(connection: Connection, user_id: str, keep: int) -> int:
-    """Drop the user's oldest entries beyond `keep` (two statements: MariaDB refuses a DELETE
-    whose subquery reads the same table)."""
-    cutoff = connection.execute(
+def entry_params(user_id: str, provenance: Provenance, changes: Sequence[Change]) -> dict[str, Any]:
+    """What ENTRY_INSERT binds for a committed change (a new id; only the operations that
+    changed something). No name is a column's: insert and update would take it for a value."""
+    return {
+        "entry_id": str(uuid.uuid4()),
+        "owner_id": user_id,
+        "entry_source": provenance.source,
+        "entry_turn_id": provenance.turn_id,
+        "entry_conversation_id": provenance.conversation_id,
+        "entry_undoes": provenance.undoes,
+        "entry_operations": changes_to_json([change for change in changes if change.changed]),
+        "entry_created_at": now(),
+    }
+
+
+def _newest_beyond(user_id: Any, keep: Any) -> Select[tuple[int]]:
+    """The `seq` of the user's entry that comes after the newest `keep` (None when none does)."""
+    return (
         select(memory_changes.c.seq)
         .where(memory_changes.c.user_id == user_id)
         .order_by(memory_changes.c.seq.desc())
         .limit(1)
         .offset(keep)
-    ).scalar()
+    )
+
+
+# The trim to run in the same statement as ENTRY_INSERT (PostgreSQL's data-modifying CTEs): it
+# reads the statement's snapshot, which does not hold the new entry, so it keeps the newest
+# `keep_older` (= the limit - 1) older ones, and the user has the limit's entries afterwards.
+TRIM_BEFORE_INSERT = delete(memory_changes).where(
+    memory_changes.c.user_id == bindparam("owner_id", type_=memory_changes.c.user_id.type),
+    memory_changes.c.seq
+    <= _newest_beyond(
+        bindparam("owner_id", type_=memory_changes.c.user_id.type),
+        bindparam("keep_older", type_=Integer()),
+    ).scalar_subquery(),
+)
+
+
+def trim(connection: Connection, user_id: str, keep: int) -> int:
+    """Drop the user's oldest entries beyond `keep` (two statements: MariaDB refuses a DELETE
+    whose subquery reads the same table)."""
+    cutoff = connection.execute(_newest_beyond(user_id, keep)).scalar()
     if cutoff is None:
         return 0
     result = connection.execute(

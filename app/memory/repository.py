@@ -4,9 +4,22 @@ the caller owns the transaction."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import cast
+from functools import cache
+from typing import Literal, cast
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Delete,
+    Insert,
+    Select,
+    Update,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 
 from app.db.locking import locked_memory_select
 from app.db.schema import agent_memory
@@ -42,47 +55,65 @@ def snapshot_from_rows(rows: Iterable[tuple[str, str, int]]) -> Snapshot:
     return Snapshot(user=documents.get("user", ()), memory=documents.get("memory", ()))
 
 
+_USER = bindparam("owner_id", type_=agent_memory.c.user_id.type)
+_READ = select(
+    agent_memory.c.memory_type, agent_memory.c.content, agent_memory.c.schema_version
+).where(agent_memory.c.user_id == _USER)
+
+
+@cache
+def _locked_read(dialect: str) -> Select[tuple[str, str, int]]:
+    return locked_memory_select(dialect, _USER)
+
+
 def load_snapshot(connection: Connection, user_id: str, *, lock: bool = False) -> Snapshot:
-    if lock:
-        query = locked_memory_select(connection.dialect.name, user_id)
-    else:
-        query = select(
-            agent_memory.c.memory_type, agent_memory.c.content, agent_memory.c.schema_version
-        ).where(agent_memory.c.user_id == user_id)
+    # Built once per dialect, the user bound at execution: no statement construction per call.
+    query = _locked_read(connection.dialect.name) if lock else _READ
     # Rows are tuples in SQLAlchemy 2.1 (Result.tuples() is deprecated there).
-    rows = cast("list[tuple[str, str, int]]", connection.execute(query).all())
+    result = connection.execute(query, {"owner_id": user_id})
+    rows = cast("list[tuple[str, str, int]]", result.all())
     return snapshot_from_rows(rows)
 
 
-def persist_changed_rows(
-    connection: Connection, user_id: str, current: Snapshot, updated: Snapshot
-) -> list[Target]:
-    """Write only the documents that changed; a document emptied by its last removal is deleted."""
-    changed: list[Target] = []
+DocumentWrite = Literal["insert", "update", "delete"]
+
+
+@cache
+def document_statement(target: Target, kind: DocumentWrite) -> Delete | Insert | Update:
+    """One document's write, built once: `owner_id` and `<target>_document` are bound at
+    execution (names of no column, which insert and update would take for values; distinct per
+    document, so that PostgreSQL can run both documents' writes in one statement,
+    writes.persist)."""
+    content = bindparam(f"{target}_document", type_=agent_memory.c.content.type)
+    if kind == "delete":
+        key = (agent_memory.c.user_id == _USER) & (agent_memory.c.memory_type == target)
+        return delete(agent_memory).where(key)
+    if kind == "insert":
+        return insert(agent_memory).values(
+            user_id=_USER, memory_type=target, content=content, schema_version=SCHEMA_VERSION
+        )
+    key = (agent_memory.c.user_id == _USER) & (agent_memory.c.memory_type == target)
+    return (
+        update(agent_memory).where(key).values(content=content, updated_at=func.current_timestamp())
+    )
+
+
+def document_writes(
+    current: Snapshot, updated: Snapshot
+) -> tuple[list[tuple[Target, DocumentWrite]], dict[str, str]]:
+    """Which documents changed and how (a document emptied by its last removal is deleted),
+    and the contents to bind to their `document_statement`s."""
+    writes: list[tuple[Target, DocumentWrite]] = []
+    contents: dict[str, str] = {}
     for target in TARGETS:
         before, after = current.entries(target), updated.entries(target)
         if before == after:
             continue
-        changed.append(target)
-        key = (agent_memory.c.user_id == user_id) & (agent_memory.c.memory_type == target)
-        if not after:
-            connection.execute(delete(agent_memory).where(key))
-        elif not before:
-            connection.execute(
-                insert(agent_memory).values(
-                    user_id=user_id,
-                    memory_type=target,
-                    content=SEPARATOR.join(after),
-                    schema_version=SCHEMA_VERSION,
-                )
-            )
-        else:
-            connection.execute(
-                update(agent_memory)
-                .where(key)
-                .values(content=SEPARATOR.join(after), updated_at=func.current_timestamp())
-            )
-    return changed
+        kind: DocumentWrite = "delete" if not after else "insert" if not before else "update"
+        writes.append((target, kind))
+        if after:
+            contents[f"{target}_document"] = SEPARATOR.join(after)
+    return writes, contents
 
 
 def delete_all(connection: Connection, user_id: str) -> int:

@@ -19,7 +19,7 @@ from app.memory.rules import MemoryValidationError, Operation
 from app.memory.service import MemoryService
 from app.memory.writes import MemoryNotFoundError, WriteLimits
 from tests.support.databases import stored
-from tests.support.memory_db import add, unknown_error, watch
+from tests.support.memory_db import add, is_history_insert, unknown_error, watch
 
 TURN = Provenance(
     "turn", "0f8fad5b-d9cb-469f-a165-70867728950e", "7c9e6679-7425-40de-944b-e07fc1f90ae7"
@@ -57,16 +57,17 @@ def test_a_fault_between_the_memory_write_and_the_history_write_leaves_neither(
     engine: Engine,
 ) -> None:
     """A real driver error raised by the history INSERT (after the memory row was written in
-    the same transaction) rolls both back; the control commit writes both, with provenance."""
+    the same transaction; on PostgreSQL the same statement carries the memory write) rolls both
+    back; the control commit writes both, with provenance."""
     service = MemoryService(engine)
 
     def fail_history(statement: str) -> None:
-        if " ".join(statement.split()).upper().startswith("INSERT INTO AMEM_MEMORY_CHANGES"):
+        if is_history_insert(statement):
             raise unknown_error(engine.dialect.name)
 
     with watch(engine, fail_history) as log, pytest.raises(DBAPIError):
         service.commit_operations("alice", add("user", "Prefers tea."), provenance=TURN)
-    assert log.writes, "the memory write ran before the fault"
+    assert log.writes, "the memory write was sent before the fault, or in the failing statement"
     assert stored(engine, "alice").user == ()
     assert history_rows(engine) == 0
 
@@ -78,6 +79,19 @@ def test_a_fault_between_the_memory_write_and_the_history_write_leaves_neither(
     assert [(c.target, c.action, c.before, c.after) for c in entry.changes] == [
         ("user", "add", None, "Prefers tea.")
     ]
+
+
+def test_a_history_row_the_database_refuses_rolls_the_memory_write_back(engine: Engine) -> None:
+    """The database itself refuses the history row (its CHECK on `source`) after it executed the
+    memory write, in the same transaction or, on PostgreSQL, the same statement: nothing of
+    either is stored, and the history is not trimmed."""
+    service = MemoryService(engine, limits=WriteLimits(history=1))
+    service.commit_operations("alice", add("user", "Prefers tea."))
+    refused = Provenance("bogus")  # type: ignore[arg-type]
+    with pytest.raises(DBAPIError):
+        service.commit_operations("alice", add("user", "Likes jazz."), provenance=refused)
+    assert stored(engine, "alice").user == ("Prefers tea.",)
+    assert history_rows(engine, "alice") == 1
 
 
 def test_a_refused_or_empty_change_leaves_no_history(engine: Engine) -> None:

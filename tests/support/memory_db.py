@@ -59,10 +59,23 @@ def is_memory_load(statement: str) -> bool:
     return normalized.startswith("SELECT") and "FROM AGENT_MEMORY" in normalized
 
 
+MEMORY_WRITES = ("INSERT INTO AGENT_MEMORY", "UPDATE AGENT_MEMORY", "DELETE FROM AGENT_MEMORY")
+
+
 def is_memory_write(statement: str) -> bool:
+    """A statement that writes a memory document: on its own, or (PostgreSQL) as one of the
+    data-modifying CTEs of the history insert (app/memory/writes.py, `persist`)."""
     normalized = " ".join(statement.split()).upper()
-    return normalized.startswith(
-        ("INSERT INTO AGENT_MEMORY", "UPDATE AGENT_MEMORY", "DELETE FROM AGENT_MEMORY")
+    if normalized.startswith("WITH "):
+        return any(f"({write} " in normalized for write in MEMORY_WRITES)
+    return normalized.startswith(MEMORY_WRITES)
+
+
+def is_history_insert(statement: str) -> bool:
+    """The insert of a history row; on PostgreSQL the same statement writes the documents."""
+    normalized = " ".join(statement.split()).upper()
+    return normalized.startswith("INSERT INTO AMEM_MEMORY_CHANGES") or (
+        normalized.startswith("WITH ") and ") INSERT INTO AMEM_MEMORY_CHANGES " in normalized
     )
 
 
