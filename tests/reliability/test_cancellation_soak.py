@@ -153,6 +153,7 @@ def test_cut_turns_commit_nothing_and_committed_turns_are_stored(
         server_url,
         turn_timeout_seconds=DEADLINE_SECONDS,
         memory_read_timeout_seconds=START_DEADLINE_SECONDS,
+        flag_read_timeout_seconds=START_DEADLINE_SECONDS,
         log_level="WARNING",
     )
     transport = PairModelTransport(gates=gates, delay_seconds=0.002)

@@ -29,6 +29,11 @@ TURN_FACTS = 24  # per user, through POST /v1/chat ("remember that ...")
 API_FACTS = 16  # per user, through POST /v1/memory/operations
 REMOVED_EVERY = 4  # every 4th committed fact is then removed (by a turn or by the API)
 CONCURRENCY = 12
+# The test is about lost updates, not the start deadline (tests/reliability/test_database_hangs.py
+# covers that): on a loaded CI machine a memory read past MEMORY_READ_TIMEOUT_SECONDS would make
+# a turn's memory `unavailable` (a flag read past FLAG_READ_TIMEOUT_SECONDS likewise) and the
+# turn could not stage its fact. The replicas give both far longer than they ever need.
+START_DEADLINE = {"MEMORY_READ_TIMEOUT_SECONDS": "30", "FLAG_READ_TIMEOUT_SECONDS": "30"}
 
 
 @dataclass
@@ -70,8 +75,8 @@ def replicas(
     url, _engine = database
     logs = Path(tmp_path_factory.mktemp("replicas"))
     with (
-        service_process(url, logs, name="replica-1") as first,
-        service_process(url, logs, name="replica-2") as second,
+        service_process(url, logs, name="replica-1", **START_DEADLINE) as first,
+        service_process(url, logs, name="replica-2", **START_DEADLINE) as second,
     ):
         yield first, second
 
