@@ -122,6 +122,30 @@ class _Fragments:
         )
 
 
+@dataclass
+class _Reading:
+    """What one streamed round has said so far; each chunk is read in `add`, whose locals end
+    with it (an idle stream waits between two chunks)."""
+
+    text: list[str] = field(default_factory=list)
+    fragments: _Fragments = field(default_factory=_Fragments)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+
+    def add(self, chunk: Any, on_text: Callable[[str], None]) -> None:
+        if (counts := chunk.get("usage")) is not None:
+            self.usage = Usage(counts["prompt_tokens"], counts["completion_tokens"])
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if content := delta.get("content"):
+                self.text.append(content)
+                on_text(content)
+            for tool_delta in delta.get("tool_calls") or ():
+                self.fragments.add(tool_delta)
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+
 class ModelClient:
     """Wraps one `AsyncOpenAI` client; `primary` and `fallback` are model names on it."""
 
@@ -204,40 +228,36 @@ class ModelClient:
                 f"The model request failed ({type(error).__name__}).",
                 streamed=False,
             ) from error
-
-        text: list[str] = []
-        fragments = _Fragments()
-        finish_reason: str | None = None
-        usage: Usage | None = None
+        # While the answer streams, only the HTTP response is kept: not the SDK's wrapper with
+        # its copy of the request options, nor the sent request's JSON body and headers, which
+        # the response would otherwise hold until the round ends (most of an idle stream's
+        # model-side memory; docs/performance.md). Closing it is what the wrapper's exit does.
+        http = response.http_response
+        http.request = type(http.request)(http.request.method, http.request.url)
+        del request, response, body
+        reading = _Reading()
         try:
-            async for chunk in model_sse.chunks(response.iter_lines()):
-                if (counts := chunk.get("usage")) is not None:
-                    usage = Usage(counts["prompt_tokens"], counts["completion_tokens"])
-                for choice in chunk.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    if content := delta.get("content"):
-                        text.append(content)
-                        on_text(content)
-                    for tool_delta in delta.get("tool_calls") or ():
-                        fragments.add(tool_delta)
-                    if choice.get("finish_reason"):
-                        finish_reason = choice["finish_reason"]
+            async for chunk in model_sse.chunks(http.aiter_lines()):
+                reading.add(chunk, on_text)
+                del chunk  # not kept while the next one is awaited
         except (openai.OpenAIError, httpx.HTTPError, model_sse.StreamError) as error:
             name = "APIError" if isinstance(error, model_sse.StreamError) else type(error).__name__
             raise ModelFailure(
                 "model_stream_broken",
                 f"The model stream broke ({name}).",
-                streamed=bool(text),
+                streamed=bool(reading.text),
             ) from error
         finally:
-            await request.__aexit__(None, None, None)
-        if finish_reason is None:
+            await http.aclose()
+        if reading.finish_reason is None:
             raise ModelFailure(
                 "model_stream_broken",
                 "The model stream ended without a finish reason.",
-                streamed=bool(text),
+                streamed=bool(reading.text),
             )
-        return RoundResult("".join(text), fragments.calls(), finish_reason, usage)
+        return RoundResult(
+            "".join(reading.text), reading.fragments.calls(), reading.finish_reason, reading.usage
+        )
 
     async def aclose(self) -> None:
         await self.client.close()

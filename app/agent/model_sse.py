@@ -42,10 +42,14 @@ async def chunks(lines: AsyncIterator[str]) -> AsyncIterator[Any]:
             async for _rest in events:
                 pass
             return
-        chunk = json.loads(data)
-        if isinstance(chunk, dict) and chunk.get("error"):
-            raise StreamError("the model sent an error event")
-        yield chunk
+        yield _checked(json.loads(data))
+
+
+def _checked(chunk: Any) -> Any:
+    # A function of its own, so the suspended generator above holds no parsed chunk.
+    if isinstance(chunk, dict) and chunk.get("error"):
+        raise StreamError("the model sent an error event")
+    return chunk
 
 
 class StreamError(Exception):

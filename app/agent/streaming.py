@@ -12,34 +12,57 @@ from app.agent.turn import Turn
 from app.concurrency import CLEANUP_SECONDS, wait_shielded
 
 
+class _Mailbox:
+    """The turn's events for its one consumer: a list and at most one waiting future. (An
+    `asyncio.Queue` keeps three deques and its own futures: a few KiB of every idle stream.)"""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: list[TurnEvent | None] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: TurnEvent | None) -> None:
+        self._items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def take_all(self) -> list[TurnEvent | None]:
+        """Everything queued, in order, once there is something."""
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        items, self._items = self._items, []
+        return items
+
+
 async def stream_turn_batches(turn: Turn) -> AsyncGenerator[tuple[TurnEvent, ...], None]:
     """The turn's events as they happen, in order, each time as every event already queued
     when the consumer wakes (a burst of model chunks becomes one write, never a later one). A
     consumer that goes away (sse-starlette cancels the generator on disconnect) cancels the
     turn and then waits, shielded, for its cleanup: the ledger is discarded and the transcript
     row written."""
-    queue: asyncio.Queue[TurnEvent | None] = asyncio.Queue()
+    mailbox = _Mailbox()
 
     async def produce() -> None:
         try:
-            await turn.run(queue.put_nowait)
+            await turn.run(mailbox.put)
         finally:
-            queue.put_nowait(None)
+            mailbox.put(None)
 
     task = asyncio.create_task(produce(), name=f"turn-{turn.turn_id}")
     try:
         ended = False
         while not ended:
             batch: list[TurnEvent] = []
-            event = await queue.get()
-            while True:
-                if event is None:
+            for event in await mailbox.take_all():
+                if event is None:  # the turn's last item: nothing follows it
                     ended = True
                     break
                 batch.append(event)
-                if queue.empty():
-                    break
-                event = queue.get_nowait()
             if batch:
                 yield tuple(batch)
     finally:

@@ -18,7 +18,6 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -38,7 +37,7 @@ from app.api.openai_schema import (
     ModelList,
     openai_errors,
 )
-from app.api.sse import PING_SECONDS, SEND_TIMEOUT_SECONDS
+from app.api.sse import PING_SECONDS, SEND_TIMEOUT_SECONDS, LeanEventSourceResponse
 from app.api.ui_stream import sse_data
 
 PREFIX = "/openai/v1"
@@ -128,7 +127,7 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
     )
     if wanted.stream:
         encoder = ChunkEncoder(completion, include_usage=wanted.include_usage)
-        return EventSourceResponse(
+        return LeanEventSourceResponse(
             _chunks(stream_turn(turn), encoder),
             ping=PING_SECONDS,
             send_timeout=SEND_TIMEOUT_SECONDS,

@@ -20,6 +20,7 @@ from app.agent.events import (
     TurnEvent,
 )
 from app.api.bodies import not_object
+from app.api.sse import LeanEventSourceResponse
 from app.errors import Unprocessable
 
 HEADER = "x-vercel-ai-ui-message-stream"
@@ -179,7 +180,7 @@ async def _body(events: AsyncGenerator[TurnEvent, None]) -> AsyncIterator[bytes]
 def ui_message_response(events: AsyncGenerator[TurnEvent, None]) -> EventSourceResponse:
     """The turn as a UI message stream. A disconnect cancels `events` (sse-starlette listens for
     it on every ASGI version), so the turn's own cancellation path discards its staged memory."""
-    return EventSourceResponse(_body(events), headers=HEADERS, sep="\n")
+    return LeanEventSourceResponse(_body(events), headers=HEADERS, sep="\n")
 
 
 def _text_of(message: Mapping[str, Any]) -> str:

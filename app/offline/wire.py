@@ -106,12 +106,12 @@ def words(text: str) -> list[str]:
 
 def iter_words(text: str) -> Iterator[str]:
     """`words(text)` one at a time: a slow stream holds its position, not a list of pieces
-    (a long answer's list was a third of an idle stream's memory)."""
-    found = False
-    for match in _WORD.finditer(text):
-        found = True
+    (a long answer's list was a third of an idle stream's memory) nor a regex scanner."""
+    position = 0
+    while (match := _WORD.match(text, position)) is not None:
+        position = match.end()
         yield match.group()
-    if not found and text:
+    if not position and text:
         yield text
 
 
@@ -120,8 +120,11 @@ def _split(text: str, parts: int) -> list[str]:
     return [text[index : index + size] for index in range(0, len(text), size)] or [""]
 
 
-def _usage(request: ChatRequest, output: str) -> dict[str, int]:
-    prompt = sum(len(content_text(m.get("content")).split()) for m in request.messages)
+def prompt_tokens(request: ChatRequest) -> int:
+    return sum(len(content_text(m.get("content")).split()) for m in request.messages)
+
+
+def _usage(prompt: int, output: str) -> dict[str, int]:
     completion = len(output.split())
     return {
         "prompt_tokens": prompt,
@@ -158,12 +161,21 @@ def _tool_call_dicts(reply: ToolCalls) -> list[dict[str, Any]]:
     ]
 
 
-async def stream_body(
+def stream_body(
     request: ChatRequest, reply: Text | ToolCalls, delay_seconds: float
 ) -> AsyncIterator[bytes]:
-    """The server-sent-event chunks of a streamed completion, paced by `delay_seconds`."""
+    """The server-sent-event chunks of a streamed completion, paced by `delay_seconds`. The
+    stream keeps what it still needs of the request (its model, usage flag and prompt size),
+    not the parsed request itself: its messages and tool schemas were the largest part of an
+    idle stream's memory."""
+    usage_prompt = prompt_tokens(request) if request.include_usage else None
+    return _stream_body(request.model or OFFLINE_MODEL_NAME, usage_prompt, reply, delay_seconds)
+
+
+async def _stream_body(
+    model: str, usage_prompt: int | None, reply: Text | ToolCalls, delay_seconds: float
+) -> AsyncIterator[bytes]:
     ids = _Ids()
-    model = request.model or OFFLINE_MODEL_NAME
     yield _chunk(ids, model, {"role": "assistant", "content": ""})
     text = reply.text
     for position, piece in enumerate(iter_words(text)):
@@ -206,14 +218,14 @@ async def stream_body(
                     },
                 )
     yield _chunk(ids, model, {}, finish)
-    if request.include_usage:
+    if usage_prompt is not None:
         usage = {
             "id": ids.completion,
             "object": "chat.completion.chunk",
             "created": ids.created,
             "model": model,
             "choices": [],
-            "usage": _usage(request, output),
+            "usage": _usage(usage_prompt, output),
         }
         yield b"data: " + json.dumps(usage).encode() + b"\n\n"
     yield b"data: [DONE]\n\n"
@@ -234,5 +246,5 @@ def completion_body(request: ChatRequest, reply: Text | ToolCalls) -> dict[str, 
         "created": ids.created,
         "model": request.model or OFFLINE_MODEL_NAME,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": _usage(request, output),
+        "usage": _usage(prompt_tokens(request), output),
     }
