@@ -57,6 +57,11 @@ def create_app(
         title="Agent memory backend",
         version="0.1.0",
         lifespan=lifespan,
+        # Telemetry is ours (app/telemetry: the OpenTelemetry ASGI instrumentation, our spans,
+        # redaction by construction). FastAPI's own layer would add a middleware to every
+        # request and, with an OpenTelemetry log provider set, export unhandled exceptions'
+        # messages and stack traces, which can quote user content.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     errors.install(app)
     for module in (

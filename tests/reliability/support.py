@@ -64,6 +64,10 @@ def service_env(database_url: str, **extra: str) -> dict[str, str]:
             "MEMORY_ENABLED": "true",
             "OFFLINE_MODEL_DELAY_MS": "0",
             "FLAG_CACHE_SECONDS": "0",
+            # As tests/support/apps.py: a loaded CI machine must not pass the start's deadlines
+            # (tests of the deadlines set their own).
+            "FLAG_READ_TIMEOUT_SECONDS": "15",
+            "MEMORY_READ_TIMEOUT_SECONDS": "15",
             "LOG_LEVEL": "WARNING",
             "LOG_FORMAT": "console",
             "PYTHONUNBUFFERED": "1",

@@ -16,6 +16,8 @@ from app.settings import Settings
 from tests.support.server import free_port, live_server
 from tests.support.tokens import OIDC_AUDIENCE, OIDC_ISSUER, TEST_DEV_SECRET
 
+TEST_READ_DEADLINE_SECONDS = 15.0
+
 
 def api_settings(database_url: str, **overrides: Any) -> Settings:
     """Dev-mode settings for tests: fixed secret, memory on, no flag caching, no .env file."""
@@ -27,6 +29,12 @@ def api_settings(database_url: str, **overrides: Any) -> Settings:
         "flag_cache_seconds": 0,
         "offline_model_delay_ms": 0,
         "log_format": "console",
+        # The start's flag and memory reads answer in milliseconds; their one-second production
+        # deadlines were passed by a fully loaded CI machine, which turned memory off for a turn
+        # a test needed it on for. Tests of the deadlines (tests/reliability/test_database_hangs.py)
+        # set their own.
+        "flag_read_timeout_seconds": TEST_READ_DEADLINE_SECONDS,
+        "memory_read_timeout_seconds": TEST_READ_DEADLINE_SECONDS,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
