@@ -9,7 +9,13 @@ required) and `prefix` (the first four letters of a mid word). Loading is bulk (
 SQLite, COPY on PostgreSQL, with the index built after the load, as migration 0006 backfills).
 
     .venv/bin/python scripts/bench/search.py [--total 1000000] [--user 100000] [--queries 60]
-                                             [--dialects sqlite,postgres]
+                                             [--dialects sqlite,postgres] [--out search]
+                                             [--explain 20]
+
+`--out NAME` writes `results/NAME.json` (default `search`, the committed figures): give scratch
+runs another name. `--explain N` also runs EXPLAIN (ANALYZE, BUFFERS) on PostgreSQL for the first
+N queries of each class and reports the server's execution time (less noisy than the client's
+wall-clock time on a shared machine) and the plan of the class's slowest query.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import sqlite3
 import sys
 import tempfile
@@ -34,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import psycopg  # noqa: E402
 from sqlalchemy import Engine, text  # noqa: E402
 
+from app.conversations.search import statement  # noqa: E402
+from app.conversations.search_text import query_words  # noqa: E402
 from app.conversations.service import ConversationService  # noqa: E402
 from app.db.engine import build_engine  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
@@ -190,6 +199,34 @@ def measure(service: ConversationService, queries: dict[str, list[str]]) -> dict
     return figures
 
 
+def explain(engine: Engine, queries: dict[str, list[str]], count: int) -> dict[str, Any]:
+    """The server's execution time of the search statement, per class, and the slowest plan."""
+    figures: dict[str, Any] = {}
+    with engine.connect() as connection:
+        for name, texts in queries.items():
+            times: list[float] = []
+            slowest = ""
+            for query in texts[:count]:
+                compiled = statement("postgresql", USER, query_words(query), 10).compile(
+                    dialect=engine.dialect
+                )
+                rows = connection.exec_driver_sql(
+                    f"EXPLAIN (ANALYZE, BUFFERS) {compiled}", compiled.params
+                ).all()
+                plan = "\n".join(str(row[0]) for row in rows)
+                found = re.search(r"Execution Time: ([\d.]+) ms", plan)
+                times.append(float(found.group(1)) if found else float("nan"))
+                if times[-1] == max(times):
+                    slowest = f"-- {query!r}\n{plan}"
+            figures[name] = {
+                "n": len(times),
+                "p50_ms": round(percentile(times, 0.5), 2),
+                "p95_ms": round(percentile(times, 0.95), 2),
+                "slowest_plan": slowest,
+            }
+    return figures
+
+
 @contextmanager
 def database(dialect: str) -> Iterator[Engine]:
     if dialect == "sqlite":
@@ -205,10 +242,10 @@ def database(dialect: str) -> Iterator[Engine]:
         engine.dispose()
 
 
-def earlier(total: int, user: int) -> dict[str, Any]:
+def earlier(out: str, total: int, user: int) -> dict[str, Any]:
     """The other dialects' figures of an earlier run of the same sizes (kept in the file)."""
     try:
-        figures = json.loads((RESULTS / "search.json").read_text())["figures"]
+        figures = json.loads((RESULTS / f"{out}.json").read_text())["figures"]
     except (OSError, ValueError, KeyError):
         return {}
     if (figures.get("total_messages"), figures.get("user_messages")) != (total, user):
@@ -222,12 +259,14 @@ def main() -> None:
     parser.add_argument("--user", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=60, help="per query class")
     parser.add_argument("--dialects", default="sqlite,postgres")
+    parser.add_argument("--out", default="search", help="results/OUT.json (default: search)")
+    parser.add_argument("--explain", type=int, default=0, help="EXPLAIN N queries per class")
     args = parser.parse_args()
     results: dict[str, Any] = {
         "total_messages": args.total,
         "user_messages": args.user,
         "goal_p95_ms": 20,
-        **earlier(args.total, args.user),
+        **earlier(args.out, args.total, args.user),
     }
     for dialect in args.dialects.split(","):
         rng = random.Random(13)
@@ -236,7 +275,10 @@ def main() -> None:
             began = time.perf_counter()
             loaded = load(engine, messages(args.total, args.user, words, rng))
             load_seconds = time.perf_counter() - began
-            figures = measure(ConversationService(engine), query_classes(words, rng, args.queries))
+            queries = query_classes(words, rng, args.queries)
+            figures = measure(ConversationService(engine), queries)
+            if args.explain and dialect == "postgres":
+                figures["explain"] = explain(engine, queries, args.explain)
         results[dialect] = {
             "at": datetime.now().isoformat(timespec="seconds"),
             "loaded": loaded,
@@ -245,8 +287,11 @@ def main() -> None:
         }
         print(f"{dialect}: {loaded:,} messages loaded in {load_seconds:.0f} s")
         for name, row in figures.items():
-            print(f"  {name:10} p50 {row['p50_ms']:7.2f} ms  p95 {row['p95_ms']:7.2f} ms")
-        print("wrote", write_results("search", results))  # after each dialect: a run may stop
+            if name != "explain":
+                print(f"  {name:10} p50 {row['p50_ms']:7.2f} ms  p95 {row['p95_ms']:7.2f} ms")
+        for name, row in figures.get("explain", {}).items():
+            print(f"  EXPLAIN {name:10} p50 {row['p50_ms']:7.2f} ms  p95 {row['p95_ms']:7.2f} ms")
+        print("wrote", write_results(args.out, results))  # after each dialect: a run may stop
 
 
 if __name__ == "__main__":
