@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from fastapi import FastAPI
@@ -32,7 +32,9 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, Status
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+from opentelemetry.trace import Link, SpanKind, Status
+from opentelemetry.util.types import Attributes
 
 from app.settings import Settings
 from app.telemetry.sensitive import TelemetryScope, current_scope
@@ -87,6 +89,11 @@ class RedactingSpanProcessor(SpanProcessor):
     def remove(self, processor: SpanProcessor) -> None:
         with self._lock:
             self._downstream = [p for p in self._downstream if p is not processor]
+
+    @property
+    def exporting(self) -> bool:
+        """Whether any processor would receive a finished span."""
+        return bool(self._downstream)
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         # Downstream processors see only finished, sanitized spans.
@@ -152,6 +159,39 @@ class RedactingSpanProcessor(SpanProcessor):
         return all(processor.force_flush(timeout_millis) for processor in self._downstream)
 
 
+class WhileExporting(Sampler):
+    """Record spans only while something would receive them; then as `inner` decides.
+
+    Without an exporter (no OTLP endpoint, no test capture) a recorded span is work for nothing:
+    its attributes, events and timing on every request, and three spans held open by every
+    streamed turn (a sixth of an idle stream's memory). Dropped spans still carry trace and span
+    ids, so context propagates as before."""
+
+    def __init__(self, redactor: RedactingSpanProcessor, inner: Sampler) -> None:
+        self.redactor = redactor
+        self.inner = inner
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: trace.TraceState | None = None,
+    ) -> SamplingResult:
+        if not self.redactor.exporting:
+            parent = trace.get_current_span(parent_context).get_span_context()
+            return SamplingResult(Decision.DROP, trace_state=parent.trace_state)
+        return self.inner.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+
+    def get_description(self) -> str:
+        return f"WhileExporting{{{self.inner.get_description()}}}"
+
+
 class _Tracing:
     """Process-wide tracing state. The OTel API allows one global provider per process, while
     tests build many apps: the provider is created once; each app's lifespan holds a reference
@@ -187,7 +227,12 @@ def otlp_endpoint_configured() -> bool:
 
 def _ensure_provider() -> TracerProvider:
     if _state.provider is None:
-        provider = TracerProvider(resource=build_resource())
+        # The sampler OTEL_TRACES_SAMPLER names (parent-based always-on by default), applied
+        # only while spans are exported.
+        configured = TracerProvider(shutdown_on_exit=False).sampler
+        provider = TracerProvider(
+            resource=build_resource(), sampler=WhileExporting(_state.redactor, configured)
+        )
         provider.add_span_processor(_state.redactor)
         trace.set_tracer_provider(provider)
         if trace.get_tracer_provider() is not provider:
