@@ -55,6 +55,13 @@ def process(
 @contextmanager
 def offline_model(log_dir: Path, delay_ms: int = 0) -> Iterator[str]:
     """`scripts/offline_model.py` on a free port; yields its OpenAI base URL (…/v1)."""
+    with offline_model_process(log_dir, delay_ms) as (url, _pid):
+        yield url
+
+
+@contextmanager
+def offline_model_process(log_dir: Path, delay_ms: int = 0) -> Iterator[tuple[str, int]]:
+    """`offline_model`, yielding (its OpenAI base URL, its pid)."""
     port = free_port()
     args = [
         sys.executable,
@@ -66,8 +73,8 @@ def offline_model(log_dir: Path, delay_ms: int = 0) -> Iterator[str]:
     ]
     with process(
         args, f"http://127.0.0.1:{port}/v1/models", dict(os.environ), log_dir / "offline-model.log"
-    ):
-        yield f"http://127.0.0.1:{port}/v1"
+    ) as pid:
+        yield f"http://127.0.0.1:{port}/v1", pid
 
 
 @contextmanager

@@ -24,7 +24,12 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from scripts.bench._common import write_results  # noqa: E402
-from scripts.bench._processes import ROOT, dev_token, offline_model, service  # noqa: E402
+from scripts.bench._processes import (  # noqa: E402
+    ROOT,
+    dev_token,
+    offline_model_process,
+    service,
+)
 from scripts.bench.turn_overhead import Samples, backend_turn, block, database  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -34,27 +39,6 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU of `pid` (and its threads) so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
-
-
-def stub_pid(base_url: str) -> int:
-    """The pid listening on the stub's port (the offline model server)."""
-    port = int(base_url.rsplit(":", 1)[1].split("/", 1)[0])
-    inodes = set()
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        parts = line.split()
-        if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
-            inodes.add(parts[9])
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            for fd in (entry / "fd").iterdir():
-                link = os.readlink(fd)
-                if link.startswith("socket:[") and link[8:-1] in inodes:
-                    return int(entry.name)
-        except OSError:
-            continue
-    raise RuntimeError(f"no process listens on port {port}")
 
 
 async def turns(url: str, count: int, concurrency: int) -> None:
@@ -75,12 +59,11 @@ def main() -> None:
         directory = Path(scratch)
         with (
             database(args.database, directory, "cpu") as url,
-            offline_model(directory) as model_url,
+            offline_model_process(directory) as (model_url, model),
             service(
                 url, directory, args.root.resolve(), LLM_BASE_URL=model_url, LOG_LEVEL="INFO"
             ) as (service_url, pid),
         ):
-            model = stub_pid(model_url)
             asyncio.run(turns(service_url, 50, args.concurrency))  # warm-up
             before = cpu_seconds(pid), cpu_seconds(model)
             asyncio.run(turns(service_url, args.turns, args.concurrency))
