@@ -85,14 +85,13 @@ def document_statement(target: Target, kind: DocumentWrite) -> Delete | Insert |
     document, so that PostgreSQL can run both documents' writes in one statement,
     writes.persist)."""
     content = bindparam(f"{target}_document", type_=agent_memory.c.content.type)
-    if kind == "delete":
-        key = (agent_memory.c.user_id == _USER) & (agent_memory.c.memory_type == target)
-        return delete(agent_memory).where(key)
     if kind == "insert":
         return insert(agent_memory).values(
             user_id=_USER, memory_type=target, content=content, schema_version=SCHEMA_VERSION
         )
     key = (agent_memory.c.user_id == _USER) & (agent_memory.c.memory_type == target)
+    if kind == "delete":
+        return delete(agent_memory).where(key)
     return (
         update(agent_memory).where(key).values(content=content, updated_at=func.current_timestamp())
     )

@@ -104,14 +104,12 @@ class MemoryService:
         connection = self.engine.connect()
         if connection.dialect.name == "sqlite":
             return connection.execution_options(**{SQLITE_IMMEDIATE: True})
-        if connection.dialect.name == "postgresql":
-            # The per-user queue and FOR UPDATE exclude concurrent writers; SERIALIZABLE's
-            # predicate locks would only add conflicts between users (see `writer_queue`).
-            return connection.execution_options(isolation_level="READ COMMITTED")
-        if connection.dialect.name in ("mysql", "mariadb"):
-            # FOR UPDATE locks the user's rows and reads their latest committed version; two
-            # first writers of a user collide on the primary key (retried). SERIALIZABLE's
-            # shared next-key locks only made writers of neighbouring users deadlock each other.
+        if connection.dialect.name in ("postgresql", "mysql", "mariadb"):
+            # Row locking excludes concurrent writers: FOR UPDATE locks the user's rows and reads
+            # their latest committed version, PostgreSQL's per-user queue comes first (see
+            # `writer_queue`), and two first writers of a user collide on the primary key
+            # (retried). SERIALIZABLE would only add conflicts between users: PostgreSQL's
+            # predicate locks, InnoDB's shared next-key locks (neighbouring users deadlocked).
             return connection.execution_options(isolation_level="READ COMMITTED")
         return connection.execution_options(isolation_level="SERIALIZABLE")
 
