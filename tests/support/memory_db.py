@@ -54,8 +54,13 @@ def insert_row(
         )
 
 
+def _normalized(statement: str) -> str:
+    """One line, upper case: what the statement predicates below match on."""
+    return " ".join(statement.split()).upper()
+
+
 def is_memory_load(statement: str) -> bool:
-    normalized = " ".join(statement.split()).upper()
+    normalized = _normalized(statement)
     return normalized.startswith("SELECT") and "FROM AGENT_MEMORY" in normalized
 
 
@@ -65,7 +70,7 @@ MEMORY_WRITES = ("INSERT INTO AGENT_MEMORY", "UPDATE AGENT_MEMORY", "DELETE FROM
 def is_memory_write(statement: str) -> bool:
     """A statement that writes a memory document: on its own, or (PostgreSQL) as one of the
     data-modifying CTEs of the history insert (app/memory/writes.py, `persist`)."""
-    normalized = " ".join(statement.split()).upper()
+    normalized = _normalized(statement)
     if normalized.startswith("WITH "):
         return any(f"({write} " in normalized for write in MEMORY_WRITES)
     return normalized.startswith(MEMORY_WRITES)
@@ -73,7 +78,7 @@ def is_memory_write(statement: str) -> bool:
 
 def is_history_insert(statement: str) -> bool:
     """The insert of a history row; on PostgreSQL the same statement writes the documents."""
-    normalized = " ".join(statement.split()).upper()
+    normalized = _normalized(statement)
     return normalized.startswith("INSERT INTO AMEM_MEMORY_CHANGES") or (
         normalized.startswith("WITH ") and ") INSERT INTO AMEM_MEMORY_CHANGES " in normalized
     )
