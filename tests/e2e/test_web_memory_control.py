@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import APIResponse, Page, Route, expect
 
 from app.main import create_app
 from tests.e2e.conftest import e2e_settings, memory_of, sqlite_file
@@ -209,3 +210,60 @@ def test_the_next_person_sees_none_of_the_previous_ones_history_or_proposals(
     expect(history_items(page)).to_have_count(0)
     expect(cards(page)).to_have_count(0)
     expect(page.get_by_label("Ask before saving")).not_to_be_checked()
+
+
+def test_the_save_mode_switch_never_undoes_a_click_with_an_older_read(
+    server: str, page: Page, screen: str
+) -> None:
+    """ "Ask before saving" cannot be used until the stored mode is read, then shows it; a
+    switch made while an older read of the mode is still on its way is not undone when that
+    read answers."""
+    token = sign_in(page, server, f"kai-{screen}")
+    stored_mode = httpx.put(
+        f"{server}/v1/memory/settings",
+        headers={"Authorization": f"Bearer {token}"},
+        json={"save_mode": "ask"},
+        timeout=10,
+    )
+    assert stored_mode.status_code == 200, stored_mode.text
+    held: list[tuple[Route, APIResponse]] = []
+
+    def hold_reads(route: Route) -> None:
+        if route.request.method != "GET":
+            route.continue_()
+            return
+        held.append((route, route.fetch()))  # answered later, with what it read now
+
+    page.route("**/v1/memory/settings", hold_reads)
+    page.reload()  # the session stays; the page reads memory, then the save mode (held)
+    switch = page.get_by_label("Ask before saving")
+    until_held(page, held, "the page's read of the save mode")
+    open_memory(page)
+    expect(switch).to_be_disabled()
+    route, answer = held.pop()
+    route.fulfill(response=answer)
+    expect(switch).to_be_enabled()
+    expect(switch).to_be_checked()
+
+    page.get_by_role("button", name="Refresh memory").click()
+    until_held(page, held, "the refresh's read of the save mode")
+    switch.uncheck()  # sent while the refresh's read, which said "ask", is still held
+    expect(page.locator("#memory-notice")).to_contain_text("saves what it learns as it goes")
+    route, answer = held.pop()
+    route.fulfill(response=answer)
+    expect(page.locator("body")).to_have_attribute("data-ready", "true")
+    page.wait_for_load_state("networkidle")
+    expect(switch).not_to_be_checked()
+    mode = httpx.get(
+        f"{server}/v1/memory/settings", headers={"Authorization": f"Bearer {token}"}, timeout=10
+    )
+    assert mode.json()["save_mode"] == "auto"
+
+
+def until_held(page: Page, held: list[tuple[Route, APIResponse]], what: str) -> None:
+    """Let the page run (route handlers run inside Playwright calls) until a read is held."""
+    for _ in range(300):
+        if held:
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError(f"{what} never arrived")

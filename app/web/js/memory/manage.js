@@ -13,11 +13,16 @@ export class ManageSection {
     $("forget").addEventListener("click", forget);
   }
 
+  // The switch can be used once the stored mode is known: a click before that would be
+  // undone by the load that answers after it.
   render({ saveMode }) {
-    if (saveMode) this.askFirst.checked = saveMode === "ask";
+    if (!saveMode) return;
+    this.askFirst.checked = saveMode === "ask";
+    this.askFirst.disabled = false;
   }
 
   reset() {
     this.askFirst.checked = false;
+    this.askFirst.disabled = true;
   }
 }

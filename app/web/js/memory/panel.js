@@ -44,6 +44,7 @@ export class MemoryPanel {
     this.state = null; // the last state the API answered
     this.status = null; // "available" | "disabled" | "unavailable"
     this.extras = NO_EXTRAS; // history, proposals, save mode and conversation titles
+    this.modeWrites = 0; // save-mode changes sent, so that an older load does not undo one
     this.origins = new Map();
     this.documents = new DocumentsSection({ root: root.querySelector("[data-section=documents]"),
       apply: (operations) => this.apply(operations),
@@ -95,6 +96,7 @@ export class MemoryPanel {
     const client = this.client;
     if (!client) return;
     const before = more && this.extras.next ? `&before=${encodeURIComponent(this.extras.next)}` : "";
+    const modeWrites = this.modeWrites;
     try {
       const [history, proposals, settings, conversations] = await Promise.all([
         client.request(`/v1/memory/history?limit=${HISTORY_PAGE}${before}`),
@@ -107,7 +109,8 @@ export class MemoryPanel {
         changes: more ? [...this.extras.changes, ...history.changes] : history.changes,
         next: history.next,
         proposals: proposals.proposals,
-        saveMode: settings.save_mode,
+        // A save-mode change sent while this load ran is newer than what the load read.
+        saveMode: modeWrites === this.modeWrites ? settings.save_mode : this.extras.saveMode,
         titles: new Map(conversations.conversations.map((c) => [c.id, c.title])),
       };
       this.showExtras();
@@ -160,6 +163,7 @@ export class MemoryPanel {
   }
 
   async setSaveMode(mode) {
+    this.modeWrites += 1;
     try {
       const settings = await this.client.request("/v1/memory/settings",
         { method: "PUT", body: { save_mode: mode } });
