@@ -5,13 +5,16 @@ deleted conversation is gone from the index, one turn can be left out."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import string
+import uuid
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, text
 
-from app.conversations.search_text import MARK_CLOSE, MARK_OPEN
+from app.conversations.search import AVERAGE_MESSAGE_CHARS
+from app.conversations.search_text import MARK_CLOSE, MARK_OPEN, query_words, snippet
 from app.conversations.service import ConversationService
 from app.db.schema import SEARCH_FTS_TABLE, conversations
 
@@ -88,6 +91,77 @@ def test_words_are_found_ranked_and_marked(engine: Engine) -> None:
     ]
     assert find(service, "alice", "pasta") == [f"Lunch was {MARK_OPEN}pasta{MARK_CLOSE}."]
     assert find(service, "alice", "sushi") == []
+
+
+def test_a_message_that_repeats_the_words_ranks_first(engine: Engine) -> None:
+    """Every engine ranks by how often the words occur: of two messages of about the same
+    length, the one that says the word three times comes first, whichever is newer."""
+    service = ConversationService(engine)
+    store(
+        service,
+        "alice",
+        [
+            "zebra zebra zebra fig kiwi lime",
+            "zebra apple pear plum fig kiwi",
+            "apple pear plum fig kiwi lime",
+            "apple pear plum fig kiwi melon",
+        ],
+    )
+    store(service, "alice", ["apple pear plum fig kiwi lime", "zebra apple pear plum fig kiwi"])
+    found = find(service, "alice", "zebra")
+    assert len(found) == 3
+    assert found[0].count(f"{MARK_OPEN}zebra{MARK_CLOSE}") == 3
+
+
+def reference_rank(content: str, words: tuple[str, ...]) -> float:
+    """The SQLite rank as `term_frequency_rank` documents it, computed in Python."""
+    norm = 1.2 * (0.25 + 0.75 * len(content) / AVERAGE_MESSAGE_CHARS)
+    folded = content.translate(ASCII_LOWER)
+    return sum((folded.count(word) * 2.2) / (folded.count(word) + norm) for word in words)
+
+
+ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    bodies=st.lists(
+        st.lists(
+            st.sampled_from(["Ibis", "ibis", "ibises", "owl", "Owl", "heron", "x"]),
+            min_size=1,
+            max_size=12,
+        ).map(" ".join),
+        min_size=2,
+        max_size=8,
+    ),
+    query=st.sampled_from(["ibis", "owl", "ibis owl", "her", "ibis heron owl"]),
+)
+def test_sqlite_ranks_by_the_documented_frequency_rank(
+    db: Engine, bodies: list[str], query: str
+) -> None:
+    """On SQLite the results are exactly the messages holding every word (as a prefix of one
+    of their words), in the order of `term_frequency_rank` (ties: newest first)."""
+    service = ConversationService(db)
+    user = f"ranker-{uuid.uuid4()}"
+    store(service, user, bodies)
+    words = query_words(query)
+    results = asyncio.run(service.search(user, query, 50))
+    expected = [
+        body
+        for body in bodies
+        if all(any(token.startswith(word) for token in body.lower().split()) for word in words)
+    ]
+    assert sorted(result.snippet for result in results) == sorted(
+        snippet(body, words) for body in expected
+    )
+    ranks = [reference_rank(snippet_text(result.snippet), words) for result in results]
+    assert all(a >= b - 1e-9 for a, b in itertools.pairwise(ranks)), (ranks, results)
+
+
+def snippet_text(marked: str) -> str:
+    return marked.replace(MARK_OPEN, "").replace(MARK_CLOSE, "")
 
 
 def test_crafted_queries_never_fail_nor_cross_users(engine: Engine) -> None:
