@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 import threading
+import types
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from contextlib import contextmanager
 
 from fastapi import FastAPI
@@ -35,6 +36,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind, Status
 from opentelemetry.util.types import Attributes
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.settings import Settings
 from app.telemetry.sensitive import TelemetryScope, current_scope
@@ -271,6 +273,31 @@ def configure_tracing(app: FastAPI, settings: Settings | None = None) -> None:
         # spans cost time on every event while telling nothing the server span does not.
         exclude_spans=["send", "receive"],
     )
+    instrumented = app.build_middleware_stack
+    plain = app._original_build_middleware_stack  # type: ignore[attr-defined]
+
+    def build_middleware_stack(self: FastAPI) -> ASGIApp:
+        return WhileRecording(plain(), instrumented(), _state.redactor)
+
+    app.build_middleware_stack = types.MethodType(build_middleware_stack, app)  # type: ignore[method-assign]
+
+
+class WhileRecording:
+    """The ASGI stack: the instrumented one while spans are recorded (an OTLP exporter or a
+    test capture receives them), else the same middleware without the instrumentation's four
+    layers (its middleware, two error middlewares, its exception recorder).
+
+    With no receiver, those layers only made dropped spans: per request a server span, its
+    context and context managers, and four more coroutine frames for as long as a stream is
+    open. Chosen per request, so a capture or exporter added later sees the next request. Not
+    itself a coroutine: it hands the chosen stack's awaitable to the server."""
+
+    def __init__(self, plain: ASGIApp, instrumented: ASGIApp, redactor: RedactingSpanProcessor):
+        self.plain, self.instrumented, self.redactor = plain, instrumented, redactor
+
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        app = self.instrumented if self.redactor.exporting else self.plain
+        return app(scope, receive, send)
 
 
 def start_export() -> None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from opentelemetry.trace import SpanKind
+from starlette.types import Receive, Scope, Send
 
 from app.main import create_app
+from app.telemetry import captured_spans
+from app.telemetry.tracing import WhileRecording
 from tests.support.apps import api_settings
 from tests.support.server import live_server
 from tests.support.tokens import dev_token
@@ -73,3 +77,29 @@ def test_spans_are_exported_over_otlp_http_and_redacted(
     assert SECRET.encode() not in payload
     assert token.encode() not in payload
     assert b"authorization" not in payload.lower()
+
+
+def test_the_instrumentation_runs_only_while_spans_are_received(sqlite_url: str) -> None:
+    """Without an exporter or a capture a request skips the instrumentation's layers; once a
+    capture is added the very next request goes through them (and has its server span); after
+    it is removed requests skip them again."""
+    app = create_app(api_settings(sqlite_url))
+    with live_server(app) as base:
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        stack = app.middleware_stack
+        assert isinstance(stack, WhileRecording)
+        instrumented, calls = stack.instrumented, []
+
+        def counting(scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+            calls.append(scope["type"])
+            return instrumented(scope, receive, send)
+
+        stack.instrumented = counting
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        assert calls == []
+        with captured_spans() as exporter:
+            assert httpx.get(f"{base}/healthz").status_code == 200
+        assert calls == ["http"]
+        assert any(span.kind == SpanKind.SERVER for span in exporter.get_finished_spans())
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        assert calls == ["http"]
