@@ -19,7 +19,7 @@ from app.memory.ledger import MemoryLedger
 from app.memory.provenance import Provenance
 from app.memory.rules import MemoryValidationError, Snapshot
 from app.memory.service import CommitResult
-from app.telemetry import count_targets, memory_event
+from app.telemetry import count_targets, memory_event, start_span
 
 tracer = trace.get_tracer(__name__)
 
@@ -78,7 +78,7 @@ class CommitPoint:
         assert memory is not None and ctx.user_id is not None  # a ledger exists only then
         started = time.perf_counter()
         # report_commit() puts the memory event on this span too (memory.* attributes).
-        with tracer.start_as_current_span("memory.commit"):
+        with start_span(tracer, "memory.commit"):
             task = asyncio.ensure_future(
                 memory.commit_in_worker(
                     ctx.user_id,

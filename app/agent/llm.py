@@ -17,6 +17,7 @@ from app.agent import model_sse
 from app.agent.events import Usage
 from app.offline.transport import offline_transport
 from app.settings import Settings
+from app.telemetry import start_span
 
 log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -172,7 +173,7 @@ class ModelClient:
     ) -> RoundResult:
         """Stream one completion; text pieces go to `on_text` as they arrive."""
         options = sampling.options(self.max_tokens)
-        with tracer.start_as_current_span("llm.round") as span:
+        with start_span(tracer, "llm.round") as span:
             span.set_attribute("gen_ai.operation.name", "chat")
             span.set_attribute("gen_ai.request.model", model)
             span.set_attribute("gen_ai.request.tool_count", len(tools))

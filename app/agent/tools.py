@@ -23,6 +23,7 @@ from app.telemetry import (
     memory_event,
     register_json_strings,
     register_sensitive,
+    start_span,
 )
 
 log = structlog.get_logger(__name__)
@@ -133,7 +134,7 @@ def parse_arguments(raw_arguments: str) -> object | ArgumentError:
 def run_memory_tool(ctx: TurnContext, raw_arguments: str) -> ToolResult:
     """Stage one batch on the turn's ledger, or explain to the model why not."""
     register_sensitive(raw_arguments)  # scrubbed from telemetry, accepted or not
-    with tracer.start_as_current_span("memory.tool") as span:
+    with start_span(tracer, "memory.tool") as span:
         capture_content(span, "app.capture.memory_operations", raw_arguments)
         started = time.perf_counter()
         result, targets = _run(ctx, raw_arguments)

@@ -28,7 +28,7 @@ from app.agent.request import TurnRequest, TurnServices
 from app.agent.rounds import Progress, run_rounds
 from app.concurrency import finish_even_if_cancelled
 from app.conversations.repository import MessageStatus
-from app.telemetry import capture_content, turn_context
+from app.telemetry import capture_content, start_span, turn_context
 
 log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -58,7 +58,7 @@ class Turn:
         progress = Progress(model=self.agent.model.primary)
         outcome = "failed"
         with (
-            tracer.start_as_current_span("chat.turn") as span,
+            start_span(tracer, "chat.turn") as span,
             turn_context(self.turn_id, self.request.user_id),  # ids on every log line
         ):
             span.set_attribute("turn.agent", self.agent.name)

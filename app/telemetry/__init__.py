@@ -28,6 +28,7 @@ from app.telemetry.tracing import (
     configure_tracing,
     shutdown_tracing,
     start_export,
+    start_span,
 )
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "register_tool_arguments",
     "shutdown_tracing",
     "start_export",
+    "start_span",
     "subject_hash",
     "telemetry_scope",
     "turn_context",

@@ -19,7 +19,7 @@ import threading
 import types
 from collections import OrderedDict
 from collections.abc import Awaitable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from fastapi import FastAPI
 from opentelemetry import trace
@@ -320,6 +320,15 @@ def shutdown_tracing() -> None:
         exporting, _state.exporting = _state.exporting, None
         _state.redactor.remove(exporting)
     exporting.shutdown()
+
+
+def start_span(tracer: trace.Tracer, name: str) -> AbstractContextManager[trace.Span]:
+    """`tracer.start_as_current_span(name)` while spans are recorded; otherwise the invalid
+    span, changing no context. A span dropped by the sampler would still hold its context
+    managers and contexts for as long as the turn runs (an idle stream holds two), for nobody."""
+    if not _state.redactor.exporting:
+        return nullcontext(trace.INVALID_SPAN)
+    return tracer.start_as_current_span(name)
 
 
 def capture_content(span: trace.Span, key: str, value: str) -> None:

@@ -8,11 +8,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 from starlette.types import Receive, Scope, Send
 
 from app.main import create_app
-from app.telemetry import captured_spans
+from app.telemetry import captured_spans, start_span
 from app.telemetry.tracing import WhileRecording
 from tests.support.apps import api_settings
 from tests.support.server import live_server
@@ -103,3 +104,16 @@ def test_the_instrumentation_runs_only_while_spans_are_received(sqlite_url: str)
         assert any(span.kind == SpanKind.SERVER for span in exporter.get_finished_spans())
         assert httpx.get(f"{base}/healthz").status_code == 200
         assert calls == ["http"]
+
+
+def test_our_spans_are_started_only_while_spans_are_received() -> None:
+    """`start_span` is the invalid span, leaving the current span as it was, while nothing
+    receives spans, and a recorded span (current inside it) while a capture does."""
+    tracer = trace.get_tracer("app.test")
+    with start_span(tracer, "app.idle") as span:
+        assert span is trace.INVALID_SPAN
+        assert trace.get_current_span() is trace.INVALID_SPAN
+    with captured_spans() as exporter, start_span(tracer, "app.seen") as span:
+        assert span.is_recording()
+        assert trace.get_current_span() is span
+    assert [finished.name for finished in exporter.get_finished_spans()] == ["app.seen"]
