@@ -1,4 +1,5 @@
-"""One helper for work that must finish even when the task awaiting it is cancelled."""
+"""Helpers for work that must finish even when the task awaiting it is cancelled, and the flag that
+tells a worker thread to stop."""
 
 from __future__ import annotations
 
@@ -9,6 +10,25 @@ from typing import Any, TypeVar
 import anyio
 
 T = TypeVar("T")
+
+
+class CancelFlag:
+    """A one-way cancellation flag shared with a worker thread: `set()` and `is_set()`, as
+    `threading.Event` has them. Nothing here waits on it, so it has no Condition, lock and waiter
+    deque (about 1.5 KiB that every open turn held). A bool attribute is read and written
+    whole under the GIL."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
 
 # How long a cancelled caller keeps waiting for cleanup it started (a rollback, a transcript row).
 CLEANUP_SECONDS = 10.0

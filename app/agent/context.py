@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 from dataclasses import dataclass, field
 
+from app.concurrency import CancelFlag
 from app.conversations.service import ConversationService
 from app.memory.ledger import MemoryLedger
 from app.memory.render import MemoryStatus
@@ -37,7 +37,7 @@ class TurnContext:
     memory_status: MemoryStatus
     ledger: MemoryLedger | None
     baseline: Snapshot = field(default_factory=Snapshot)
-    cancel_event: threading.Event = field(default_factory=threading.Event)
+    cancel_event: CancelFlag = field(default_factory=CancelFlag)
     opened_at: float | None = None
     rejected_calls: int = 0
     # The transcripts conversation_search reads (the owner's, by `user_id`); None: not offered.

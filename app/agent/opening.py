@@ -4,13 +4,13 @@ deadline, and build the turn's context."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from dataclasses import dataclass
 
 import structlog
 
 from app.agent.context import TurnContext
 from app.agent.request import TurnRequest, TurnServices
+from app.concurrency import CancelFlag
 from app.db.deadline import DeadlineExceededError, within
 from app.memory.ledger import MemoryLedger
 from app.memory.render import MemoryStatus
@@ -35,7 +35,7 @@ async def open_turn(
     *,
     turn_id: str,
     uses_memory: bool,
-    cancel_event: threading.Event,
+    cancel_event: CancelFlag,
 ) -> TurnContext:
     """The flag and memory reads and the user message's write run side by side (they are the
     time to first text) and end by one deadline, MEMORY_READ_TIMEOUT_SECONDS, so `start` never

@@ -11,7 +11,6 @@ if the client leaves a moment later; otherwise `interrupted` or `failed`.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable
 
@@ -26,7 +25,7 @@ from app.agent.failures import failure_event
 from app.agent.opening import open_turn
 from app.agent.request import TurnRequest, TurnServices
 from app.agent.rounds import Progress, run_rounds
-from app.concurrency import finish_even_if_cancelled
+from app.concurrency import CancelFlag, finish_even_if_cancelled
 from app.conversations.repository import MessageStatus
 from app.telemetry import capture_content, start_span, turn_context
 
@@ -44,7 +43,7 @@ class Turn:
         self.request = request
         self.services = services
         self.turn_id = new_turn_id()
-        self.cancel_event = threading.Event()
+        self.cancel_event = CancelFlag()
         self.context: TurnContext | None = None
         self.commit_point = CommitPoint(services)
         self._transcript: asyncio.Future[None] | None = None

@@ -6,7 +6,6 @@ no body, query or path parameter names a user.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Literal
 
 import structlog
@@ -16,6 +15,7 @@ from pydantic import BaseModel
 from app.api.bodies import json_object
 from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import BODY_ERRORS, ErrorBody, error_responses
+from app.concurrency import CancelFlag
 from app.errors import Conflict, ServiceUnavailable, Unprocessable
 from app.memory.contract import operations_schema
 from app.memory.parsing import parse_operations
@@ -130,7 +130,7 @@ async def apply_memory_operations(
     except MemoryValidationError as error:
         raise Unprocessable(error.message, code=error.code) from None
 
-    cancel = threading.Event()
+    cancel = CancelFlag()
     try:
         result = await runtime.memory.commit_in_worker(scope.user_id, [operations], cancel)
     except MemoryValidationError as error:

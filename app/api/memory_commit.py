@@ -4,11 +4,11 @@ MemoryService's write path, with its errors answered the way every memory write 
 from __future__ import annotations
 
 import re
-import threading
 
 import structlog
 
 from app.api.memory import memory_unavailable
+from app.concurrency import CancelFlag
 from app.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
 from app.memory.provenance import Provenance
 from app.memory.repository import CommitCancelledError
@@ -40,7 +40,7 @@ async def commit_change(
     """Apply an undo or an accepted proposal; `missing` is the 404's message."""
     try:
         result = await runtime.memory.commit_in_worker(
-            user_id, [], threading.Event(), provenance=provenance, proposal_id=proposal_id
+            user_id, [], CancelFlag(), provenance=provenance, proposal_id=proposal_id
         )
     except MemoryNotFoundError:
         raise NotFound(missing) from None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from functools import partial
 
 from sqlalchemy import Connection, Engine
 
-from app.concurrency import finish_even_if_cancelled
+from app.concurrency import CancelFlag, finish_even_if_cancelled
 from app.db.deadline import DeadlineExceededError, within
 from app.db.engine import SQLITE_IMMEDIATE
 from app.db.locking import is_retryable, is_timeout, is_unique_violation, writer_queue
@@ -171,7 +170,7 @@ class MemoryService:
         self,
         user_id: str,
         batches: Batches,
-        cancel_event: threading.Event,
+        cancel_event: CancelFlag,
         *,
         provenance: Provenance = API,
         proposal_id: str | None = None,
