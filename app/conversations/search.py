@@ -104,11 +104,11 @@ def _sqlite(query: Select[Any]) -> Select[Any]:
 def term_frequencies(needles: int) -> list[ColumnElement[Any]]:
     """For each word (bound as `tf_N`), how often it occurs in the message's text (ASCII case
     folded), labelled `tf_N`: computed once per candidate, inside the candidates."""
-    folded = func.lower(messages.c.content)
+    folded = func.lower(messages.c.content)  # ASCII only, so it keeps the length
     frequencies: list[ColumnElement[Any]] = []
     for index in range(needles):
         needle: Score = bindparam(f"tf_{index}")
-        removed = func.length(folded) - func.length(func.replace(folded, needle, ""))
+        removed = func.length(messages.c.content) - func.length(func.replace(folded, needle, ""))
         frequencies.append((removed / func.length(needle)).label(f"tf_{index}"))
     return frequencies
 
@@ -214,13 +214,14 @@ def _values(
     dialect: str,
     user_id: str,
     words: tuple[str, ...],
+    split: tuple[tuple[str, ...], tuple[str, ...]],
     exclude_turn_id: str | None,
     postgres_config: str,
 ) -> dict[str, Any]:
     values: dict[str, Any] = {"owner_id": user_id}
     if exclude_turn_id is not None:
         values["exclude_turn_id"] = exclude_turn_id
-    indexed, others = _split(dialect, words)
+    indexed, others = split
     if dialect == "sqlite":
         match_text = f'owner : "{owner_token(user_id)}" AND content : ({sqlite_match(words)})'
         values["fts_query"] = match_text
@@ -244,7 +245,7 @@ def _prepared(
     exclude_turn_id: str | None,
     postgres_config: str,
 ) -> tuple[Select[Any], dict[str, Any]]:
-    indexed, others = _split(dialect, words)
+    indexed, others = split = _split(dialect, words)
     shape = _shape(
         dialect,
         bool(indexed),
@@ -252,7 +253,7 @@ def _prepared(
         exclude_turn_id is not None,
         max(1, min(limit, MAX_RESULTS)),
     )
-    return shape, _values(dialect, user_id, words, exclude_turn_id, postgres_config)
+    return shape, _values(dialect, user_id, words, split, exclude_turn_id, postgres_config)
 
 
 def statement(

@@ -262,6 +262,7 @@ def configure_tracing(app: FastAPI, settings: Settings | None = None) -> None:
     process-wide provider. Settings are not needed yet: tracing follows the OTEL_* variables."""
     with _state.lock:
         _ensure_provider()
+    plain = app.build_middleware_stack  # Starlette's, before the instrumentation replaces it
     FastAPIInstrumentor.instrument_app(
         app,
         tracer_provider=_state.provider,
@@ -274,7 +275,6 @@ def configure_tracing(app: FastAPI, settings: Settings | None = None) -> None:
         exclude_spans=["send", "receive"],
     )
     instrumented = app.build_middleware_stack
-    plain = app._original_build_middleware_stack  # type: ignore[attr-defined]
 
     def build_middleware_stack(self: FastAPI) -> ASGIApp:
         return WhileRecording(plain(), instrumented(), _state.redactor)
