@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -238,7 +238,7 @@ class ModelClient:
         del request, response, body
         reading = _Reading()
         try:
-            async for chunk in model_sse.chunks(http.aiter_lines()):
+            async for chunk in model_sse.chunks(_body(http)):
                 reading.add(chunk, on_text)
                 del chunk  # not kept while the next one is awaited
         except (openai.OpenAIError, httpx.HTTPError, model_sse.StreamError) as error:
@@ -262,6 +262,13 @@ class ModelClient:
 
     async def aclose(self) -> None:
         await self.client.close()
+
+
+def _body(http: httpx.Response) -> AsyncIterator[bytes]:
+    """The response body's bytes: as received unless the server compressed them (httpx's
+    decoding iterator adds a generator and a decoder per open stream)."""
+    encoding = http.headers.get("content-encoding", "identity").strip().lower()
+    return http.aiter_raw() if encoding in ("", "identity") else http.aiter_bytes()
 
 
 def build_model_client(

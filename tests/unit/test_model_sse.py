@@ -1,20 +1,32 @@
 """Reading the model's event stream without the SDK's chunk models: the same events, data and
-errors as the SDK's own decoder gives, so the turn sees exactly what it saw through the SDK."""
+errors as the SDK's own decoder gives, so the turn sees exactly what it saw through the SDK,
+however the body's bytes are cut."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from app.agent.model_sse import StreamError, chunks, event_data
+from app.agent.model_sse import EventStream, StreamError, chunks
+
+UNICODE = "caf\u00e9 \u2014 \U0001f600"
+RULES = (
+    b": keep-alive\n\n"
+    b"event: message\r\nid: 7\r\ndata: one\r\n\r\n"
+    b"retry: 10\r\rdata:two\r\ndata:  three\n\n" + f"data: {UNICODE}\n\n".encode() + b"data: last"
+)
+RULES_DATA = ["one", "two\n three", UNICODE, "last"]
 
 
-async def lines_of(*lines: str) -> AsyncIterator[str]:
-    for line in lines:
-        yield line
+async def body_of(*pieces: bytes) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece
 
 
 def collect(stream: AsyncIterator[Any]) -> list[Any]:
@@ -24,49 +36,72 @@ def collect(stream: AsyncIterator[Any]) -> list[Any]:
     return asyncio.run(run())
 
 
-def test_event_data_follows_the_event_stream_rules() -> None:
+def events(*pieces: bytes) -> list[str]:
+    stream = EventStream()
+    found = [data for piece in pieces for data in stream.feed(piece)]
+    return found + stream.end()
+
+
+def test_the_event_stream_rules() -> None:
     """Comments and other fields are read past, multi-line data is joined by newlines, the
-    optional space after the colon is dropped once, an event without data is skipped, and a
-    last event without its blank line still counts."""
-    stream = lines_of(
-        ": keep-alive",
-        "",
-        "event: message",
-        "id: 7",
-        "data: one",
-        "",
-        "retry: 10",
-        "",
-        "data:two",
-        "data:  three",
-        "",
-        "data: last",
-    )
-    assert collect(event_data(stream)) == ["one", "two\n three", "last"]
+    optional space after the colon is dropped once, CRLF, LF and CR all end a line, an event
+    without data is skipped, and a last event without its blank line still counts."""
+    assert events(RULES) == RULES_DATA
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(RULES)), max_size=12))
+def test_the_events_do_not_depend_on_where_the_bytes_are_cut(cuts: list[int]) -> None:
+    """Cut anywhere (inside a CRLF, inside a character), the body gives the same events."""
+    bounds = [0, *sorted(cuts), len(RULES)]
+    assert events(*(RULES[a:b] for a, b in zip(bounds, bounds[1:], strict=False))) == RULES_DATA
+
+
+def test_a_cr_at_the_end_of_the_body_ends_its_line() -> None:
+    assert events(b"data: a\r") == ["a"]
+    assert events(b"data: a\r", b"\r") == ["a"]
+    assert events(b"data: a\n\r") == ["a"]
 
 
 def test_chunks_stop_at_done_and_read_the_rest() -> None:
     """JSON chunks up to `[DONE]`; whatever follows is consumed (the connection stays usable)
     but not parsed."""
-    read: list[str] = []
+    read: list[bytes] = []
+    pieces = (b'data: {"a": 1}\n\ndata: [DO', b"NE]\n\ndata: not json\n\n", b"data: {oops")
 
-    async def lines() -> AsyncIterator[str]:
-        for line in ('data: {"a": 1}', "", "data: [DONE]", "", "data: not json", ""):
-            read.append(line)
-            yield line
+    async def body() -> AsyncIterator[bytes]:
+        for piece in pieces:
+            read.append(piece)
+            yield piece
 
-    assert collect(chunks(lines())) == [{"a": 1}]
-    assert len(read) == 6
+    assert collect(chunks(body())) == [{"a": 1}]
+    assert read == list(pieces)
+
+
+def test_the_last_chunk_without_its_blank_line_is_parsed() -> None:
+    assert collect(chunks(body_of(b'data: {"a": 1}\n\ndata: {"b": 2}'))) == [{"a": 1}, {"b": 2}]
+
+
+KEYS = st.text(max_size=5).filter(lambda key: key != "error")
+
+
+@given(st.lists(st.dictionaries(KEYS, st.text(max_size=8), max_size=3), max_size=5))
+def test_chunks_are_the_json_that_was_sent(sent: list[dict[str, str]]) -> None:
+    """Whatever JSON the model sends (newlines and non-ASCII escaped or not) comes back equal."""
+    body = b"".join(
+        f"data: {json.dumps(chunk, ensure_ascii=index % 2 == 0)}\n\n".encode()
+        for index, chunk in enumerate(sent)
+    )
+    assert collect(chunks(body_of(body, b"data: [DONE]\n\n"))) == sent
 
 
 def test_an_error_event_raises() -> None:
     """A chunk carrying `error` ends the stream with StreamError (the SDK raises APIError)."""
-    stream = lines_of('data: {"choices": []}', "", 'data: {"error": {"message": "x"}}', "")
+    body = body_of(b'data: {"choices": []}\n\n', b'data: {"error": {"message": "x"}}\n\n')
     with pytest.raises(StreamError):
-        collect(chunks(stream))
+        collect(chunks(body))
 
 
 def test_a_chunk_that_is_not_json_raises() -> None:
     """Malformed data fails the round as it did through the SDK (a JSON decode error)."""
     with pytest.raises(ValueError):
-        collect(chunks(lines_of("data: {oops", "")))
+        collect(chunks(body_of(b"data: {oops\n\n")))
