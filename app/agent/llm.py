@@ -265,10 +265,13 @@ class ModelClient:
 
 
 def _body(http: httpx.Response) -> AsyncIterator[bytes]:
-    """The response body's bytes: as received unless the server compressed them (httpx's
-    decoding iterator adds a generator and a decoder per open stream)."""
+    """The response body's bytes: as received, unless the server compressed them or the
+    transport has already read them (httpx's decoding iterator adds a generator and a decoder
+    per open stream)."""
     encoding = http.headers.get("content-encoding", "identity").strip().lower()
-    return http.aiter_raw() if encoding in ("", "identity") else http.aiter_bytes()
+    if encoding in ("", "identity") and not http.is_stream_consumed:
+        return http.aiter_raw()
+    return http.aiter_bytes()
 
 
 def build_model_client(

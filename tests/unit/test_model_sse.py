@@ -5,15 +5,20 @@ however the body's bytes are cut."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.agent.llm import RoundResult, build_model_client
 from app.agent.model_sse import EventStream, StreamError, chunks
+from app.settings import Settings
 
 UNICODE = "caf\u00e9 \u2014 \U0001f600"
 RULES = (
@@ -105,3 +110,43 @@ def test_a_chunk_that_is_not_json_raises() -> None:
     """Malformed data fails the round as it did through the SDK (a JSON decode error)."""
     with pytest.raises(ValueError):
         collect(chunks(body_of(b"data: {oops\n\n")))
+
+
+def stream_body(words: list[str]) -> bytes:
+    def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        chunk = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return f"data: {json.dumps(chunk)}\r\n\r\n".encode()
+
+    pieces = [event({"content": word}) for word in words]
+    return b"".join([*pieces, event({}, "stop"), b"data: [DONE]\r\n\r\n"])
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "read-by-transport"])
+@pytest.mark.parametrize("encoding", ["identity", "gzip", "deflate"])
+def test_a_round_reads_the_body_as_sent_or_compressed(encoding: str, streamed: bool) -> None:
+    """Through the SDK's client: a body sent as it is is read raw, a compressed one decoded,
+    one the transport has already read is served from what it read."""
+    words = ["caf\u00e9 ", "is ", "open"]
+    raw = stream_body(words)
+    body = {"identity": raw, "gzip": gzip.compress(raw), "deflate": zlib.compress(raw)}[encoding]
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for start in range(0, len(body), 7):
+            yield body[start : start + 7]
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        headers = {"content-type": "text/event-stream", "content-encoding": encoding}
+        return httpx.Response(200, headers=headers, content=pieces() if streamed else body)
+
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    client = build_model_client(settings, httpx.MockTransport(reply))
+    seen: list[str] = []
+
+    async def run() -> RoundResult:
+        try:
+            return await client.run_round("m", [{"role": "user", "content": "hi"}], [], seen.append)
+        finally:
+            await client.aclose()
+
+    result = asyncio.run(run())
+    assert (result.text, result.finish_reason, seen) == ("".join(words), "stop", words)
