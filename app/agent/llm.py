@@ -28,6 +28,22 @@ IN_PROCESS_BASE_URL = "http://offline-model.invalid/v1"
 REAL_MODEL_RETRIES = 1
 
 Message = dict[str, Any]
+# What the body's read can raise: the SDK sends through its own `httpx2` (a configured
+# endpoint) or through the `httpx` client given to it (the offline model, tests); their
+# exception classes are unrelated.
+HTTP_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError,)
+try:
+    import httpx2
+
+    HTTP_ERRORS += (httpx2.HTTPError,)
+except ImportError:  # pragma: no cover - an SDK release without its own HTTP stack
+    pass
+STREAM_ERRORS: tuple[type[Exception], ...] = (
+    openai.OpenAIError,
+    model_sse.StreamError,
+    *HTTP_ERRORS,
+)
+
 FailureCode = Literal["model_error", "model_stream_broken"]
 
 
@@ -241,7 +257,7 @@ class ModelClient:
             async for chunk in model_sse.chunks(_body(http)):
                 reading.add(chunk, on_text)
                 del chunk  # not kept while the next one is awaited
-        except (openai.OpenAIError, httpx.HTTPError, model_sse.StreamError) as error:
+        except STREAM_ERRORS as error:
             name = "APIError" if isinstance(error, model_sse.StreamError) else type(error).__name__
             raise ModelFailure(
                 "model_stream_broken",

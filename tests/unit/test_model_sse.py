@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.agent.llm import RoundResult, build_model_client
+from app.agent.llm import ModelFailure, RoundResult, build_model_client
 from app.agent.model_sse import EventStream, StreamError, chunks
 from app.settings import Settings
 
@@ -150,3 +150,36 @@ def test_a_round_reads_the_body_as_sent_or_compressed(encoding: str, streamed: b
 
     result = asyncio.run(run())
     assert (result.text, result.finish_reason, seen) == ("".join(words), "stop", words)
+
+
+def test_a_real_endpoint_that_drops_midway_is_a_broken_stream() -> None:
+    """A configured endpoint (the SDK's own HTTP client) that closes the connection inside the
+    body: the round fails as `model_stream_broken` with the text so far marked as streamed, not
+    with the HTTP library's exception."""
+    first = stream_body(["half "]).split(b"\r\n\r\n")[0] + b"\r\n\r\n"
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        writer.write(head + b"transfer-encoding: chunked\r\n\r\n")
+        writer.write(f"{len(first):x}\r\n".encode() + first + b"\r\n")
+        await writer.drain()
+        writer.close()  # no last chunk: the body is cut
+
+    async def run() -> ModelFailure:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        settings = Settings(  # type: ignore[call-arg]
+            _env_file=None, llm_base_url=f"http://127.0.0.1:{port}/v1", llm_api_key="k"
+        )
+        client = build_model_client(settings)
+        try:
+            with pytest.raises(ModelFailure) as failure:
+                await client.run_round("m", [{"role": "user", "content": "hi"}], [], print)
+            return failure.value
+        finally:
+            await client.aclose()
+            server.close()
+
+    failure = asyncio.run(run())
+    assert (failure.code, failure.streamed) == ("model_stream_broken", True)
