@@ -177,7 +177,12 @@ current_fence: ContextVar[Fence | None] = ContextVar("current_fence", default=No
 
 
 class Watchdog:
-    """Breaks connections held past their lease; one thread per engine, started on demand."""
+    """Breaks connections held past their lease; one thread per engine, started on demand.
+
+    Every lease lasts `lease_seconds`, so a new one never expires before those already held:
+    the thread sleeps until the earliest deadline it knows of (while idle, at most
+    `lease_seconds`) and is woken only when it is not running. Waking it for each checkout
+    (several per turn) cost a thread switch each, in the GIL handoff with the event loop."""
 
     def __init__(
         self, lease_seconds: float | None, *, clock: Callable[[], float] = time.monotonic
@@ -187,6 +192,7 @@ class Watchdog:
         self._condition = threading.Condition()
         self._leases: set[Lease] = set()
         self._thread: threading.Thread | None = None
+        self._wake_at = math.inf  # when the thread's current wait ends
 
     def lease(self, breaker: Breaker | None, fence: Fence | None) -> Lease:
         unbounded = self.lease_seconds is None
@@ -204,7 +210,8 @@ class Watchdog:
                     target=self._run, name="db-lease-watchdog", daemon=True
                 )
                 self._thread.start()
-            self._condition.notify()
+            elif deadline < self._wake_at:  # only if the clock went back, or a shorter lease
+                self._condition.notify()
         return lease
 
     def forget(self, lease: Lease) -> None:
@@ -212,18 +219,26 @@ class Watchdog:
             self._leases.discard(lease)
 
     def _run(self) -> None:
+        assert self.lease_seconds is not None  # only bounded leases start the thread
+        idle_since: float | None = None
         while True:
             with self._condition:
-                if not self._leases:
-                    self._condition.wait(IDLE_EXIT_SECONDS)
-                    if not self._leases:
-                        self._thread = None
-                        return
-                    continue
                 now = self._clock()
+                if not self._leases:
+                    idle_since = now if idle_since is None else idle_since
+                    idle_left = IDLE_EXIT_SECONDS - (now - idle_since)
+                    if idle_left <= 0:
+                        self._thread, self._wake_at = None, math.inf
+                        return
+                    # No longer than a lease: one taken meanwhile expires after this wait.
+                    self._wake_at = now + min(idle_left, self.lease_seconds)
+                    self._condition.wait(self._wake_at - now)
+                    continue
+                idle_since = None
                 expired = {lease for lease in self._leases if lease.deadline <= now}
                 if not expired:
-                    self._condition.wait(min(lease.deadline for lease in self._leases) - now)
+                    self._wake_at = min(lease.deadline for lease in self._leases)
+                    self._condition.wait(self._wake_at - now)
                     continue
                 self._leases -= expired
             for lease in expired:  # outside the condition: breaking takes the lease's lock
