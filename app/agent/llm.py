@@ -28,21 +28,20 @@ IN_PROCESS_BASE_URL = "http://offline-model.invalid/v1"
 REAL_MODEL_RETRIES = 1
 
 Message = dict[str, Any]
-# What the body's read can raise: the SDK sends through its own `httpx2` (a configured
-# endpoint) or through the `httpx` client given to it (the offline model, tests); their
-# exception classes are unrelated.
-HTTP_ERRORS: tuple[type[Exception], ...] = (httpx.HTTPError,)
-try:
-    import httpx2
-
-    HTTP_ERRORS += (httpx2.HTTPError,)
-except ImportError:  # pragma: no cover - an SDK release without its own HTTP stack
-    pass
+# What reading a round's stream can raise: the SDK's errors, an error event, and the HTTP
+# library's. The SDK sends through its own `httpx2` (a configured endpoint) or through the
+# `httpx` client given to it (the offline model, tests); their exception classes are unrelated.
 STREAM_ERRORS: tuple[type[Exception], ...] = (
     openai.OpenAIError,
     model_sse.StreamError,
-    *HTTP_ERRORS,
+    httpx.HTTPError,
 )
+try:
+    import httpx2
+
+    STREAM_ERRORS += (httpx2.HTTPError,)
+except ImportError:  # pragma: no cover - an SDK release without its own HTTP stack
+    pass
 
 FailureCode = Literal["model_error", "model_stream_broken"]
 

@@ -210,7 +210,7 @@ class Watchdog:
                     target=self._run, name="db-lease-watchdog", daemon=True
                 )
                 self._thread.start()
-            elif deadline < self._wake_at:  # only if the clock went back, or a shorter lease
+            elif deadline < self._wake_at:  # the thread has not set its wait yet
                 self._condition.notify()
         return lease
 

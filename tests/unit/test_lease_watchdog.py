@@ -58,10 +58,12 @@ def test_the_thread_ends_when_idle_and_a_later_lease_starts_it_again(
 
 
 class CountingCondition(threading.Condition):
-    notified = 0
+    def __init__(self) -> None:
+        super().__init__()
+        self.notified = 0
 
     def notify(self, n: int = 1) -> None:
-        CountingCondition.notified += 1
+        self.notified += 1
         super().notify(n)
 
 
@@ -69,7 +71,7 @@ def test_no_lease_wakes_a_running_thread() -> None:
     """Leases taken while the thread waits on an earlier one, or idles between leases, leave
     it asleep: each wake-up would be a thread switch per database checkout."""
     watchdog = Watchdog(LEASE)
-    watchdog._condition = CountingCondition()
+    condition = watchdog._condition = CountingCondition()
     watchdog.lease(None, None).release()  # starts the thread
     deadline = time.monotonic() + SLACK
     while watchdog._wake_at == float("inf") and time.monotonic() < deadline:
@@ -79,4 +81,4 @@ def test_no_lease_wakes_a_running_thread() -> None:
     time.sleep(LEASE * 3)  # every lease has passed: the thread idles without leases
     for _ in range(20):
         watchdog.lease(None, None).release()
-    assert CountingCondition.notified == 0
+    assert condition.notified == 0
