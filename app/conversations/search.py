@@ -136,10 +136,38 @@ def _tsquery() -> ColumnElement[Any]:
     return words_query.op("&&")(cast(bindparam("ts_owner"), TSQUERY))
 
 
-def _postgres(query: Select[Any]) -> tuple[Select[Any], Score]:
-    """The matches, with their tsvector (ranked outside the candidates)."""
+def _postgres(exclude_turn: bool, limit: int) -> Select[Any]:
+    """The newest CANDIDATES matches carry only their id and tsvector; they are ranked by
+    ts_rank, and only the best `limit` are joined to their rows and conversations, where the
+    owner is checked again. Carrying every match's content and title through the join and the
+    sort to the newest had cost as much as finding a common word's matches."""
     vector: ColumnElement[Any] = literal_column(f"{messages.name}.{SEARCH_VECTOR_COLUMN}")
-    return query.where(vector.op("@@", is_comparison=True)(_tsquery())), vector
+    conditions: list[Any] = [vector.op("@@", is_comparison=True)(_tsquery())]
+    if exclude_turn:
+        conditions.append(messages.c.turn_id != bindparam("exclude_turn_id"))
+    # `id + 0` is not the primary key's order, so the planner keeps the GIN scan, bounded by
+    # the owner's matches, instead of walking every user's messages newest first until
+    # enough of them match (a common word's worst case: over 100,000 rows).
+    candidates = (
+        select(messages.c.id, vector.label("vector"))
+        .where(*conditions)
+        .order_by((messages.c.id + literal_column("0")).desc())
+        .limit(CANDIDATES)
+        .subquery("candidates")
+    )
+    rank = func.ts_rank(candidates.c.vector, _tsquery()).label("rank")
+    best = (
+        select(candidates.c.id, rank)
+        .order_by(rank.desc(), candidates.c.id.desc())
+        .limit(limit)
+        .subquery("best")
+    )
+    query, owned = _base(exclude_turn=False)
+    return (
+        query.join(best, best.c.id == messages.c.id)
+        .where(*owned)
+        .order_by(best.c.rank.desc(), best.c.id.desc())
+    )
 
 
 def _mariadb(query: Select[Any], indexed: bool, others: int) -> tuple[Select[Any], Score]:
@@ -171,16 +199,14 @@ def _split(dialect: str, words: tuple[str, ...]) -> tuple[tuple[str, ...], tuple
 def _shape(dialect: str, indexed: bool, others: int, exclude_turn: bool, limit: int) -> Select[Any]:
     """The statement for one shape of query, every value a named bind parameter (`_values`):
     built once per shape, as building it costs more than the search of a rare word."""
+    if dialect == "postgresql":
+        return _postgres(exclude_turn, limit)
     query, conditions = _base(exclude_turn)
     matched: Select[Any]
     score: Score
     carried: list[ColumnElement[Any]] = []
     if dialect == "sqlite":
         matched, score, carried = _sqlite(query), literal(0), term_frequencies(others)
-    elif dialect == "postgresql":
-        # ts_rank reads each tsvector: the candidates carry the tsvector (as `score`) and are
-        # ranked outside, so only they are scored, not every match.
-        matched, score = _postgres(query)
     elif dialect in ("mysql", "mariadb"):
         matched, score = _mariadb(query, indexed, others)
     else:
@@ -189,7 +215,8 @@ def _shape(dialect: str, indexed: bool, others: int, exclude_turn: bool, limit: 
     # early for a word in most messages instead of scoring every one of them.
     # SQLite orders by the FTS5 rowid (the message id): FTS5 then returns matches newest first
     # from its own index and stops at the limit, instead of sorting every match.
-    newest = _fts.c.rowid if dialect == "sqlite" else messages.c.id
+    sqlite = dialect == "sqlite"
+    newest = _fts.c.rowid if sqlite else messages.c.id
     candidates = (
         matched.add_columns(score.label("score"), *carried)
         .where(*conditions)
@@ -197,12 +224,7 @@ def _shape(dialect: str, indexed: bool, others: int, exclude_turn: bool, limit: 
         .limit(CANDIDATES)
         .subquery("candidates")
     )
-    if dialect == "sqlite":
-        ranked = term_frequency_rank(candidates, others)
-    elif dialect == "postgresql":
-        ranked = func.ts_rank(candidates.c.score, _tsquery())
-    else:
-        ranked = candidates.c.score
+    ranked = term_frequency_rank(candidates, others) if sqlite else candidates.c.score
     return (
         select(*(candidates.c[name] for name in HIT_COLUMNS))
         .order_by(ranked.desc(), candidates.c.id.desc())
