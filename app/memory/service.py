@@ -76,9 +76,14 @@ class MemoryService:
         """The latest committed snapshot; any failure becomes MemoryUnavailableError.
 
         The read's transaction is rolled back, never committed: a reader has nothing to commit.
+        On PostgreSQL the read is its one statement, in autocommit: the same snapshot (a
+        statement's own, in READ COMMITTED) without psycopg's BEGIN and ROLLBACK, two of a
+        turn's round trips.
         """
         try:
             with self.engine.connect() as connection:
+                if connection.dialect.name == "postgresql":
+                    connection.execution_options(isolation_level="AUTOCOMMIT")
                 snapshot = repository.load_snapshot(connection, user_id)
                 connection.rollback()
         except Exception as error:
