@@ -110,6 +110,8 @@ class ConversationService:
         if not words:
             return []
         with self.engine.connect() as connection:
+            if connection.dialect.name == "postgresql":  # one statement: no BEGIN, no ROLLBACK
+                connection.execution_options(isolation_level="AUTOCOMMIT")
             hits = search.search(
                 connection,
                 user_id,

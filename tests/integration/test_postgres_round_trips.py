@@ -1,9 +1,10 @@
-"""What saving PostgreSQL round trips must not cost: a turn's memory read runs in autocommit and
-a transcript write sends `synchronous_commit = off` with its COMMIT, on connections that the
-pool hands on to memory commits. A pool of one connection makes every step reuse the same one.
+"""What saving PostgreSQL round trips must not cost: a turn's memory read and a search run in
+autocommit and a transcript write sends `synchronous_commit = off` with its COMMIT, on
+connections that the pool hands on to memory commits. A pool of one connection makes every step
+reuse the same one.
 
-- the connection a memory read used is transactional again for the next holder (a rolled-back
-  write leaves nothing);
+- the connection a memory read or a search used is transactional again for the next holder (a
+  rolled-back write leaves nothing);
 - a transcript write commits, and leaves the connection's session waiting for its WAL flush
   (the next memory commit on it is durable);
 - a transcript write whose block fails commits none of its rows.
@@ -12,7 +13,7 @@ pool hands on to memory commits. A pool of one connection makes every step reuse
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy import Engine, func, select, text
@@ -44,8 +45,17 @@ def conversation_count(engine: Engine) -> int:
         return int(connection.execute(select(func.count()).select_from(conversations)).scalar_one())
 
 
-def test_the_connection_a_memory_read_used_is_transactional_again(one_connection: Engine) -> None:
-    MemoryService(one_connection).read("reader")
+READS: dict[str, Callable[[Engine], object]] = {
+    "memory read": lambda engine: MemoryService(engine).read("reader"),
+    "search": lambda engine: asyncio.run(ConversationService(engine).search("reader", "word", 5)),
+}
+
+
+@pytest.mark.parametrize("read", READS.values(), ids=READS.keys())
+def test_the_connection_a_read_used_is_transactional_again(
+    one_connection: Engine, read: Callable[[Engine], object]
+) -> None:
+    read(one_connection)
     with one_connection.connect() as connection:
         assert connection.connection.dbapi_connection.autocommit is False  # type: ignore[union-attr]
         connection.execute(
