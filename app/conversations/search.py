@@ -51,12 +51,14 @@ from app.conversations.search_text import (
     sqlite_match,
 )
 from app.db.schema import (
+    SEARCH_BUCKET_COLUMN,
     SEARCH_FTS_TABLE,
     SEARCH_VECTOR_COLUMN,
     conversation_messages,
     conversations,
     owner_token,
     postgres_owner_lexeme,
+    postgres_search_bucket,
 )
 
 MAX_RESULTS = 50
@@ -136,13 +138,17 @@ def _tsquery() -> ColumnElement[Any]:
     return words_query.op("&&")(cast(bindparam("ts_owner"), TSQUERY))
 
 
-def _postgres(exclude_turn: bool, limit: int) -> Select[Any]:
+def _postgres(exclude_turn: bool, limit: int, owner_bucket: int) -> Select[Any]:
     """The newest CANDIDATES matches carry only their id and tsvector; they are ranked by
     ts_rank, and only the best `limit` are joined to their rows and conversations, where the
     owner is checked again. Carrying every match's content and title through the join and the
     sort to the newest had cost as much as finding a common word's matches."""
     vector: ColumnElement[Any] = literal_column(f"{messages.name}.{SEARCH_VECTOR_COLUMN}")
-    conditions: list[Any] = [vector.op("@@", is_comparison=True)(_tsquery())]
+    bucket: ColumnElement[Any] = literal_column(f"{messages.name}.{SEARCH_BUCKET_COLUMN}")
+    # The owner's bucket is spelled into the SQL (an integer computed here, never user text),
+    # so that the planner picks that bucket's partial index whatever plan it caches.
+    owned_bucket = bucket == literal_column(str(int(owner_bucket)))
+    conditions: list[Any] = [vector.op("@@", is_comparison=True)(_tsquery()), owned_bucket]
     if exclude_turn:
         conditions.append(messages.c.turn_id != bindparam("exclude_turn_id"))
     # `id + 0` is not the primary key's order, so the planner keeps the GIN scan, bounded by
@@ -195,12 +201,15 @@ def _split(dialect: str, words: tuple[str, ...]) -> tuple[tuple[str, ...], tuple
     return indexed, tuple(word for word in words if word not in indexed)
 
 
-@functools.lru_cache(maxsize=512)
-def _shape(dialect: str, indexed: bool, others: int, exclude_turn: bool, limit: int) -> Select[Any]:
-    """The statement for one shape of query, every value a named bind parameter (`_values`):
-    built once per shape, as building it costs more than the search of a rare word."""
+@functools.lru_cache(maxsize=2048)
+def _shape(
+    dialect: str, indexed: bool, others: int, exclude_turn: bool, limit: int, bucket: int
+) -> Select[Any]:
+    """The statement for one shape of query, every value but PostgreSQL's owner bucket a named
+    bind parameter (`_values`): built once per shape, as building it costs more than the
+    search of a rare word."""
     if dialect == "postgresql":
-        return _postgres(exclude_turn, limit)
+        return _postgres(exclude_turn, limit, bucket)
     query, conditions = _base(exclude_turn)
     matched: Select[Any]
     score: Score
@@ -268,12 +277,14 @@ def _prepared(
     postgres_config: str,
 ) -> tuple[Select[Any], dict[str, Any]]:
     indexed, others = split = _split(dialect, words)
+    postgres = dialect == "postgresql"  # one shape whatever the words; one per owner bucket
     shape = _shape(
         dialect,
         bool(indexed),
-        len(others),
+        0 if postgres else len(others),
         exclude_turn_id is not None,
         max(1, min(limit, MAX_RESULTS)),
+        postgres_search_bucket(user_id) if postgres else 0,
     )
     return shape, _values(dialect, user_id, words, split, exclude_turn_id, postgres_config)
 

@@ -177,8 +177,32 @@ def postgres_owner_lexeme(user_id: str) -> str:
     return "u" + hashlib.md5(user_id.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
+# PostgreSQL (revision 0007): each message also holds its owner's bucket, the first byte of the
+# owner id's md5 modulo SEARCH_BUCKETS, and the GIN index is one partial index per bucket. A
+# prefix term (`word:*`) collects every posting of its words into a bitmap before meeting the
+# owner's lexeme; within a bucket that is the owner's and about 1/16 of everyone else's.
+SEARCH_BUCKETS = 16
+SEARCH_BUCKET_COLUMN = "search_bucket"
+POSTGRES_BUCKET_SQL = f"get_byte(decode(md5(user_id), 'hex'), 0) % {SEARCH_BUCKETS}"
+
+
+def postgres_search_bucket(user_id: str) -> int:
+    """`POSTGRES_BUCKET_SQL` computed here (md5 of the id's UTF-8 bytes, as the server's md5)."""
+    return hashlib.md5(user_id.encode("utf-8"), usedforsecurity=False).digest()[0] % SEARCH_BUCKETS
+
+
+def postgres_bucket_indexes() -> list[str]:
+    """The CREATE INDEX statements of the per-bucket GIN indexes (revision 0007)."""
+    return [
+        f"CREATE INDEX {SEARCH_INDEX}_{bucket} ON {conversation_messages.name} "
+        f"USING GIN ({SEARCH_VECTOR_COLUMN}) WHERE {SEARCH_BUCKET_COLUMN} = {bucket}"
+        for bucket in range(SEARCH_BUCKETS)
+    ]
+
+
 def is_search_object(name: str | None) -> bool:
     """Whether a table, column or index belongs to the search engines (not to the metadata)."""
     return name is not None and (
-        name.startswith(SEARCH_FTS_TABLE) or name in (SEARCH_VECTOR_COLUMN, SEARCH_INDEX)
+        name.startswith((SEARCH_FTS_TABLE, SEARCH_INDEX))
+        or name in (SEARCH_VECTOR_COLUMN, SEARCH_BUCKET_COLUMN)
     )

@@ -9,14 +9,21 @@ import itertools
 import string
 import uuid
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, text
 
+from app.api.auth import subject_problem
 from app.conversations.search import AVERAGE_MESSAGE_CHARS
 from app.conversations.search_text import MARK_CLOSE, MARK_OPEN, query_words, snippet
 from app.conversations.service import ConversationService
-from app.db.schema import SEARCH_FTS_TABLE, conversations
+from app.db.schema import (
+    POSTGRES_BUCKET_SQL,
+    SEARCH_FTS_TABLE,
+    conversations,
+    postgres_search_bucket,
+)
 
 CRAFTED = [
     '"',
@@ -235,3 +242,28 @@ def test_deleting_conversation_rows_directly_keeps_the_index_whole(engine: Engin
                     f"INSERT INTO {SEARCH_FTS_TABLE}({SEARCH_FTS_TABLE}) VALUES ('integrity-check')"
                 )
             )
+
+
+SUBJECTS = st.text(
+    alphabet=st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=128
+).filter(lambda subject: subject_problem(subject) is None)
+
+
+@pytest.mark.postgres
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(subject=SUBJECTS)
+def test_every_owner_searches_the_bucket_its_messages_are_in(pg: Engine, subject: str) -> None:
+    """PostgreSQL's owner bucket as the search computes it (in Python) is the one the trigger
+    stores with each message (in SQL), for any subject a token may carry: otherwise that
+    owner would find nothing. And the owner finds the message."""
+    with pg.connect() as connection:
+        stored = connection.execute(
+            text(f"SELECT {POSTGRES_BUCKET_SQL.replace('user_id', ':owner')}"), {"owner": subject}
+        ).scalar_one()
+    assert stored == postgres_search_bucket(subject)
+    service = ConversationService(pg)
+    if not find(service, subject, "wombat"):
+        store(service, subject, ["a wombat for this owner"])
+    assert find(service, subject, "wombat") == ["a «wombat» for this owner"]
