@@ -4,7 +4,8 @@ SQLite: the FTS5 table `amem_message_search` (external content, kept in sync by 
 each message's words and its owner's token, so the owner is matched inside the index; ranked by
 the words' frequency in each candidate (`term_frequency_rank`). PostgreSQL: the `search_vector`
 column (a tsvector in the configured text search configuration, `simple` by default, plus the
-owner's lexeme) with a GIN index, ranked by ts_rank. MariaDB/MySQL: an InnoDB FULLTEXT index,
+owner's lexeme) with one partial GIN index per owner bucket (`search_bucket`, revision 0007),
+ranked by ts_rank. MariaDB/MySQL: an InnoDB FULLTEXT index,
 ranked by its relevance; words it cannot index (shorter than three characters, InnoDB
 stopwords) fall back to LIKE. SQL Server (and a query with no indexable word on MariaDB): LIKE
 over the caller's messages, newest first. Revision 0006 creates the indexes. Ranking looks at
@@ -14,7 +15,8 @@ their messages), so a very common word stays fast.
 The owner is a bound parameter in every strategy (in the index where it holds the owner, and
 always on the join); the query is built from words alone (see `search_text`), so no query text
 can change the SQL or reach another user's rows. Each statement shape (dialect, how many words,
-whether a turn is left out, the limit) is built once and run with its values bound.
+whether a turn is left out, the limit; on PostgreSQL the owner's bucket, an integer spelled
+into the SQL) is built once and run with its values bound.
 """
 
 from __future__ import annotations
