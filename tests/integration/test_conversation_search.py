@@ -22,6 +22,7 @@ from app.db.schema import (
     POSTGRES_BUCKET_SQL,
     SEARCH_FTS_TABLE,
     conversations,
+    postgres_owner_lexeme,
     postgres_search_bucket,
 )
 
@@ -267,3 +268,22 @@ def test_every_owner_searches_the_bucket_its_messages_are_in(pg: Engine, subject
     if not find(service, subject, "wombat"):
         store(service, subject, ["a wombat for this owner"])
     assert find(service, subject, "wombat") == ["a «wombat» for this owner"]
+
+
+@pytest.mark.postgres
+def test_messages_that_spell_an_owner_lexeme_take_nothing_from_that_owner(pg: Engine) -> None:
+    """On PostgreSQL the owner's lexeme shares the tsvector with the message's words, so another
+    user (in the same owner bucket) can write it into their own messages. Such messages never
+    reach the owner, and never take the owner's place among the candidates either."""
+    alice = "alice"
+    bob = next(
+        f"bob-{n}"
+        for n in itertools.count()
+        if postgres_search_bucket(f"bob-{n}") == postgres_search_bucket(alice)
+    )
+    service = ConversationService(pg)
+    store(service, alice, ["the platypus itinerary"])
+    spoof = f"{postgres_owner_lexeme(alice)} " + "platypus " * 20
+    store(service, bob, [spoof] * 15)
+    assert find(service, alice, "platypus") == ["the «platypus» itinerary"]
+    assert len(find(service, bob, "platypus", 50)) == 15

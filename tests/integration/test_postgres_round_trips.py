@@ -104,3 +104,20 @@ def test_a_failed_transcript_write_commits_none_of_its_rows(one_connection: Engi
     assert conversation_count(one_connection) == 0
     with one_connection.connect() as connection:  # and the connection is usable
         assert connection.exec_driver_sql("SELECT 1").scalar_one() == 1
+
+
+def test_searches_are_never_prepared_and_other_statements_still_are(
+    one_connection: Engine,
+) -> None:
+    """A search is planned for its own words and owner each time (PostgreSQL's generic plan of
+    a prepared search reads the owner's messages one conversation at a time); the connection
+    goes on preparing the statements it repeats otherwise."""
+    service, memory = ConversationService(one_connection), MemoryService(one_connection)
+    for _ in range(12):
+        asyncio.run(service.search("reader", "word", 5))
+        memory.read("reader")
+    with one_connection.connect() as connection:
+        prepared = connection.exec_driver_sql("SELECT statement FROM pg_prepared_statements")
+        statements = [str(row[0]) for row in prepared]
+    assert not [statement for statement in statements if "search_vector" in statement]
+    assert [statement for statement in statements if "agent_memory" in statement]
