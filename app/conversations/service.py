@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Engine
 from app.conversations import repository, search
 from app.conversations.repository import Conversation, MessageStatus, Role, StoredMessage
 from app.conversations.search_text import query_words, snippet
+from app.db.engine import one_statement_read
 from app.telemetry.sensitive import register_search
 
 log = structlog.get_logger(__name__)
@@ -110,8 +111,7 @@ class ConversationService:
         if not words:
             return []
         with self.engine.connect() as connection:
-            if connection.dialect.name == "postgresql":  # one statement: no BEGIN, no ROLLBACK
-                connection.execution_options(isolation_level="AUTOCOMMIT")
+            one_statement_read(connection)
             hits = search.search(
                 connection,
                 user_id,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import StaticPool
 
@@ -22,6 +22,15 @@ if TYPE_CHECKING:
 
 # Execution option a caller sets on a SQLite connection to take the write lock at BEGIN.
 SQLITE_IMMEDIATE = "sqlite_immediate"
+
+
+def one_statement_read(connection: Connection) -> None:
+    """A read that is one SELECT, run in autocommit on PostgreSQL: the statement's own snapshot
+    (as a transaction of one statement in READ COMMITTED) without psycopg's BEGIN and ROLLBACK,
+    two round trips. Only there: psycopg switches autocommit without a round trip, pymysql
+    sends one each way. The pool gives the next holder a transactional connection again."""
+    if connection.dialect.name == "postgresql":
+        connection.execution_options(isolation_level="AUTOCOMMIT")
 
 
 @dataclass(frozen=True)

@@ -191,10 +191,15 @@ def postgres_search_bucket(user_id: str) -> int:
     return hashlib.md5(user_id.encode("utf-8"), usedforsecurity=False).digest()[0] % SEARCH_BUCKETS
 
 
+def postgres_bucket_index(bucket: int) -> str:
+    """The name of one bucket's GIN index (revision 0007)."""
+    return f"{SEARCH_INDEX}_{bucket}"
+
+
 def postgres_bucket_indexes() -> list[str]:
     """The CREATE INDEX statements of the per-bucket GIN indexes (revision 0007)."""
     return [
-        f"CREATE INDEX {SEARCH_INDEX}_{bucket} ON {conversation_messages.name} "
+        f"CREATE INDEX {postgres_bucket_index(bucket)} ON {conversation_messages.name} "
         f"USING GIN ({SEARCH_VECTOR_COLUMN}) WHERE {SEARCH_BUCKET_COLUMN} = {bucket}"
         for bucket in range(SEARCH_BUCKETS)
     ]

@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Engine
 
 from app.concurrency import CancelFlag, finish_even_if_cancelled
 from app.db.deadline import DeadlineExceededError, within
-from app.db.engine import SQLITE_IMMEDIATE
+from app.db.engine import SQLITE_IMMEDIATE, one_statement_read
 from app.db.locking import is_retryable, is_timeout, is_unique_violation, writer_queue
 from app.memory import repository, writes
 from app.memory.provenance import Provenance
@@ -75,15 +75,12 @@ class MemoryService:
     def read(self, user_id: str) -> Snapshot:
         """The latest committed snapshot; any failure becomes MemoryUnavailableError.
 
-        The read's transaction is rolled back, never committed: a reader has nothing to commit.
-        On PostgreSQL the read is its one statement, in autocommit: the same snapshot (a
-        statement's own, in READ COMMITTED) without psycopg's BEGIN and ROLLBACK, two of a
-        turn's round trips.
+        The read's transaction is rolled back, never committed: a reader has nothing to commit
+        (on PostgreSQL there is none: `one_statement_read`).
         """
         try:
             with self.engine.connect() as connection:
-                if connection.dialect.name == "postgresql":
-                    connection.execution_options(isolation_level="AUTOCOMMIT")
+                one_statement_read(connection)
                 snapshot = repository.load_snapshot(connection, user_id)
                 connection.rollback()
         except Exception as error:

@@ -26,6 +26,7 @@ from app.db.schema import (
     SEARCH_BUCKETS,
     SEARCH_INDEX,
     SEARCH_VECTOR_COLUMN,
+    postgres_bucket_index,
     postgres_bucket_indexes,
 )
 
@@ -69,7 +70,7 @@ def downgrade() -> None:
         return
     op.execute(f"CREATE INDEX {SEARCH_INDEX} ON {MESSAGES} USING GIN ({SEARCH_VECTOR_COLUMN})")
     for bucket in range(SEARCH_BUCKETS):
-        op.execute(f"DROP INDEX IF EXISTS {SEARCH_INDEX}_{bucket}")
+        op.execute(f"DROP INDEX IF EXISTS {postgres_bucket_index(bucket)}")
     op.execute(f"DROP TRIGGER IF EXISTS {BUCKET_FUNCTION} ON {MESSAGES}")
     op.execute(f"DROP FUNCTION IF EXISTS {BUCKET_FUNCTION}()")
     op.execute(f"ALTER TABLE {MESSAGES} DROP COLUMN IF EXISTS {SEARCH_BUCKET_COLUMN}")

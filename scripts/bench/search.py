@@ -47,7 +47,11 @@ from app.conversations.search_text import query_words  # noqa: E402
 from app.conversations.service import ConversationService  # noqa: E402
 from app.db.engine import build_engine  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
-from app.db.schema import SEARCH_BUCKETS, SEARCH_INDEX, postgres_bucket_indexes  # noqa: E402
+from app.db.schema import (  # noqa: E402
+    SEARCH_BUCKETS,
+    postgres_bucket_index,
+    postgres_bucket_indexes,
+)
 from scripts.bench._common import RESULTS, percentile, write_results  # noqa: E402
 from tests.support.databases import migrated_engine, postgres_database  # noqa: E402
 
@@ -108,7 +112,7 @@ def load(engine: Engine, rows: Iterator[tuple[str, str, str, str, str, datetime]
         cursor = raw.cursor()
         if dialect == "postgresql":
             for bucket in range(SEARCH_BUCKETS):
-                cursor.execute(f"DROP INDEX {SEARCH_INDEX}_{bucket}")
+                cursor.execute(f"DROP INDEX {postgres_bucket_index(bucket)}")
         else:
             cursor.execute("BEGIN")  # the engine leaves pysqlite in autocommit mode
         conversations: dict[str, tuple[str, datetime]] = {}

@@ -13,9 +13,9 @@ from app.db.migrate import upgrade
 from app.db.schema import (
     SEARCH_BUCKET_COLUMN,
     SEARCH_BUCKETS,
-    SEARCH_INDEX,
     SEARCH_VECTOR_COLUMN,
     is_search_object,
+    postgres_bucket_index,
 )
 from app.db.schema import conversation_messages as messages
 from tests.support.databases import migrate
@@ -76,5 +76,5 @@ def test_messages_stored_before_the_owner_buckets_are_found_after_them(fresh: En
         hits = asyncio.run(service.search(user, "quokka", 10))
         assert [hit.snippet for hit in hits] == [f"the «quokka» notes of {user}"]
     if fresh.dialect.name == "postgresql":
-        expected = {f"{SEARCH_INDEX}_{bucket}" for bucket in range(SEARCH_BUCKETS)}
+        expected = {postgres_bucket_index(bucket) for bucket in range(SEARCH_BUCKETS)}
         assert search_objects(fresh) == expected | {SEARCH_VECTOR_COLUMN, SEARCH_BUCKET_COLUMN}
