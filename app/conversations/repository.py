@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from functools import cache
+from typing import Any, Literal
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, Select, bindparam, delete, insert, select, update
 
 from app.db.schema import conversation_messages, conversations
 
@@ -37,6 +38,18 @@ def now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+# The turn's transcript writes are built once, their values bound at execution: building an
+# INSERT or UPDATE with `.values(...)` per call costs several times its execution on SQLite
+# (the statement, its coercions and its cache key; scripts/bench/README.md).
+_CREATE = insert(conversations)
+_ADD = insert(conversation_messages)
+_TOUCH = (
+    update(conversations)
+    .where(conversations.c.id == bindparam("touched_id", type_=conversations.c.id.type))
+    .values(updated_at=bindparam("touched_at", type_=conversations.c.updated_at.type))
+)
+
+
 def create(
     connection: Connection,
     conversation_id: str,
@@ -47,21 +60,31 @@ def create(
 ) -> None:
     stamp = stamp or now()
     connection.execute(
-        insert(conversations).values(
-            id=conversation_id, user_id=user_id, title=title, created_at=stamp, updated_at=stamp
-        )
+        _CREATE,
+        {
+            "id": conversation_id,
+            "user_id": user_id,
+            "title": title,
+            "created_at": stamp,
+            "updated_at": stamp,
+        },
     )
+
+
+_OWNER = bindparam("owner_id", type_=conversations.c.user_id.type)
+_CONVERSATION = bindparam("conversation_id", type_=conversations.c.id.type)
+_GET = select(
+    conversations.c.id,
+    conversations.c.title,
+    conversations.c.created_at,
+    conversations.c.updated_at,
+).where(conversations.c.id == _CONVERSATION, conversations.c.user_id == _OWNER)
 
 
 def get(connection: Connection, user_id: str, conversation_id: str) -> Conversation | None:
     """The conversation only when `user_id` owns it: another user's id reads as absent."""
     row = connection.execute(
-        select(
-            conversations.c.id,
-            conversations.c.title,
-            conversations.c.created_at,
-            conversations.c.updated_at,
-        ).where(conversations.c.id == conversation_id, conversations.c.user_id == user_id)
+        _GET, {"conversation_id": conversation_id, "owner_id": user_id}
     ).first()
     return Conversation(*row) if row is not None else None
 
@@ -95,44 +118,48 @@ def add_message(
     conversation created with the same `stamp` needs no second write)."""
     stamp = stamp or now()
     connection.execute(
-        insert(conversation_messages).values(
-            conversation_id=conversation_id,
-            turn_id=turn_id,
-            role=role,
-            content=content,
-            status=status,
-            created_at=stamp,
-        )
+        _ADD,
+        {
+            "conversation_id": conversation_id,
+            "turn_id": turn_id,
+            "role": role,
+            "content": content,
+            "status": status,
+            "created_at": stamp,
+        },
     )
     if touch:
-        connection.execute(
-            update(conversations)
-            .where(conversations.c.id == conversation_id)
-            .values(updated_at=stamp)
-        )
+        connection.execute(_TOUCH, {"touched_id": conversation_id, "touched_at": stamp})
+
+
+_MESSAGES = select(
+    conversation_messages.c.role,
+    conversation_messages.c.content,
+    conversation_messages.c.status,
+    conversation_messages.c.turn_id,
+    conversation_messages.c.created_at,
+).where(
+    conversation_messages.c.conversation_id
+    == bindparam("conversation_id", type_=conversation_messages.c.conversation_id.type)
+)
+
+
+@cache
+def _messages_query(last: int | None) -> Select[Any]:
+    """All messages in order, or the newest `last` newest first (built once per `last`: a
+    literal LIMIT, which every dialect takes)."""
+    if last is None:
+        return _MESSAGES.order_by(conversation_messages.c.id)
+    return _MESSAGES.order_by(conversation_messages.c.id.desc()).limit(last)
 
 
 def messages(
     connection: Connection, conversation_id: str, *, last: int | None = None
 ) -> list[StoredMessage]:
     """Messages in order; with `last`, only the most recent `last` of them."""
-    query = select(
-        conversation_messages.c.role,
-        conversation_messages.c.content,
-        conversation_messages.c.status,
-        conversation_messages.c.turn_id,
-        conversation_messages.c.created_at,
-    ).where(conversation_messages.c.conversation_id == conversation_id)
-    if last is None:
-        rows = connection.execute(query.order_by(conversation_messages.c.id)).all()
-    else:
-        rows = list(
-            reversed(
-                connection.execute(
-                    query.order_by(conversation_messages.c.id.desc()).limit(last)
-                ).all()
-            )
-        )
+    rows = list(connection.execute(_messages_query(last), {"conversation_id": conversation_id}))
+    if last is not None:
+        rows.reverse()
     return [StoredMessage(*row) for row in rows]
 
 
