@@ -8,7 +8,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from app.db.schema import memory_preferences, memory_proposals
 from app.memory.history import now
@@ -38,10 +38,14 @@ def _proposal(row: Any) -> Proposal:
 # -- save mode -----------------------------------------------------------------------------
 
 
+# Read inside every memory commit: built once, the user bound at execution.
+_SAVE_MODE = select(memory_preferences.c.save_mode).where(
+    memory_preferences.c.user_id == bindparam("owner_id", type_=memory_preferences.c.user_id.type)
+)
+
+
 def save_mode(connection: Connection, user_id: str) -> SaveMode:
-    mode = connection.execute(
-        select(memory_preferences.c.save_mode).where(memory_preferences.c.user_id == user_id)
-    ).scalar()
+    mode = connection.execute(_SAVE_MODE, {"owner_id": user_id}).scalar()
     return "ask" if mode == "ask" else "auto"
 
 
