@@ -73,12 +73,21 @@ def create(
 
 _OWNER = bindparam("owner_id", type_=conversations.c.user_id.type)
 _CONVERSATION = bindparam("conversation_id", type_=conversations.c.id.type)
-_GET = select(
+# A `Conversation`'s columns, in its fields' order.
+_COLUMNS = (
     conversations.c.id,
     conversations.c.title,
     conversations.c.created_at,
     conversations.c.updated_at,
-).where(conversations.c.id == _CONVERSATION, conversations.c.user_id == _OWNER)
+)
+_GET = select(*_COLUMNS).where(
+    conversations.c.id == _CONVERSATION, conversations.c.user_id == _OWNER
+)
+_LIST = (
+    select(*_COLUMNS)
+    .where(conversations.c.user_id == _OWNER)
+    .order_by(conversations.c.updated_at.desc(), conversations.c.created_at.desc())
+)
 
 
 def get(connection: Connection, user_id: str, conversation_id: str) -> Conversation | None:
@@ -90,16 +99,7 @@ def get(connection: Connection, user_id: str, conversation_id: str) -> Conversat
 
 
 def list_for_user(connection: Connection, user_id: str) -> list[Conversation]:
-    rows = connection.execute(
-        select(
-            conversations.c.id,
-            conversations.c.title,
-            conversations.c.created_at,
-            conversations.c.updated_at,
-        )
-        .where(conversations.c.user_id == user_id)
-        .order_by(conversations.c.updated_at.desc(), conversations.c.created_at.desc())
-    ).all()
+    rows = connection.execute(_LIST, {"owner_id": user_id}).all()
     return [Conversation(*row) for row in rows]
 
 
@@ -146,8 +146,8 @@ _MESSAGES = select(
 
 @cache
 def _messages_query(last: int | None) -> Select[Any]:
-    """All messages in order, or the newest `last` newest first (built once per `last`: a
-    literal LIMIT, which every dialect takes)."""
+    """All messages oldest first, or the newest `last` of them newest first (built once per
+    `last`: a literal LIMIT, which every dialect takes)."""
     if last is None:
         return _MESSAGES.order_by(conversation_messages.c.id)
     return _MESSAGES.order_by(conversation_messages.c.id.desc()).limit(last)
@@ -164,12 +164,7 @@ def messages(
 
 
 def remove(connection: Connection, user_id: str, conversation_id: str) -> bool:
-    owned = connection.execute(
-        select(conversations.c.id).where(
-            conversations.c.id == conversation_id, conversations.c.user_id == user_id
-        )
-    ).first()
-    if owned is None:
+    if get(connection, user_id, conversation_id) is None:
         return False
     connection.execute(
         delete(conversation_messages).where(
