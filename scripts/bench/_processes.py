@@ -84,10 +84,11 @@ def service(
     root: Path = ROOT,
     name: str = "service",
     workers: int = 1,
+    asgi_app: str = "app.main:app",
     **settings: str,
 ) -> Iterator[tuple[str, int]]:
-    """`uvicorn app.main:app` with production-like settings, run from the code tree `root` (a
-    checkout of another commit, to compare before and after); yields (url, pid)."""
+    """`uvicorn app.main:app` (or `asgi_app`) with production-like settings, run from the code
+    tree `root` (a checkout of another commit, to compare before and after); yields (url, pid)."""
     port = free_port()
     env = {
         key: value
@@ -108,7 +109,7 @@ def service(
         sys.executable,
         "-m",
         "uvicorn",
-        "app.main:app",
+        asgi_app,
         "--host",
         "127.0.0.1",
         "--port",
@@ -121,6 +122,30 @@ def service(
     url = f"http://127.0.0.1:{port}"
     with process(args, f"{url}/healthz", env, log_dir / f"{name}.log", root) as pid:
         yield url, pid
+
+
+@contextmanager
+def floor_service(stub: str, log_dir: Path) -> Iterator[str]:
+    """`scripts/bench/floor_app.py` (the required stack and nothing else) in one uvicorn
+    process, started like `service`; yields its URL."""
+    port = free_port()
+    env = {**os.environ, "LLM_BASE_URL": stub, "LLM_API_KEY": "unused", "PYTHONPATH": str(ROOT)}
+    args = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "scripts.bench.floor_app:app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
+    url = f"http://127.0.0.1:{port}"
+    with process(args, f"{url}/healthz", env, log_dir / "floor.log"):
+        yield url
 
 
 def dev_token(sub: str) -> str:

@@ -65,15 +65,16 @@ def main() -> None:
             ) as (service_url, pid),
         ):
             asyncio.run(turns(service_url, 50, args.concurrency))  # warm-up
-            before = cpu_seconds(pid), cpu_seconds(model)
+            before = cpu_seconds(pid), cpu_seconds(model), cpu_seconds(os.getpid())
             asyncio.run(turns(service_url, args.turns, args.concurrency))
-            after = cpu_seconds(pid), cpu_seconds(model)
-    service_ms = (after[0] - before[0]) * 1000 / args.turns
-    model_ms = (after[1] - before[1]) * 1000 / args.turns
+            after = cpu_seconds(pid), cpu_seconds(model), cpu_seconds(os.getpid())
+    service_ms, model_ms, client_ms = (
+        (end - start) * 1000 / args.turns for start, end in zip(before, after, strict=True)
+    )
     print(
         f"{args.turns} turns on {args.database} at concurrency {args.concurrency} "
         f"({args.root.resolve()}): service {service_ms:.2f} ms CPU per turn, "
-        f"stub model {model_ms:.2f} ms"
+        f"stub model {model_ms:.2f} ms, client {client_ms:.2f} ms"
     )
     write_results(
         args.out or f"turn_cpu_{args.database}",
@@ -84,6 +85,7 @@ def main() -> None:
             "root": str(args.root.resolve()),
             "service_cpu_ms_per_turn": round(service_ms, 3),
             "stub_model_cpu_ms_per_turn": round(model_ms, 3),
+            "client_cpu_ms_per_turn": round(client_ms, 3),
         },
     )
 

@@ -2,12 +2,13 @@
 service, interleaved in one run, at concurrency 1 and 32.
 
 The stub is the offline model served standalone (`scripts/offline_model.py`, no delay between
-words). "Direct" streams a completion from it with `AsyncOpenAI`; "backend" is `POST /v1/chat`
+words). "Direct" streams a completion from it; "backend" is `POST /v1/chat`
 over SSE to one uvicorn process whose `LLM_BASE_URL` points at the same stub, on PostgreSQL
 or SQLite with memory on (authentication, memory read, prompt, transcript writes, the SSE
 encoding). With `--baseline DIR` a second service runs from another checkout (the code before a
 change) and is measured in the same alternation. Blocks of direct and backend turns alternate,
-so drift on the machine affects every path alike.
+so drift on the machine affects every path alike. Both paths read their body as raw bytes
+(see `read_turn`), so the client costs each the same.
 
     .venv/bin/python scripts/bench/turn_overhead.py --database sqlite --concurrency 1
     .venv/bin/python scripts/bench/turn_overhead.py --database postgresql --concurrency 1
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import re
 import sys
 import tempfile
 import time
@@ -26,17 +29,22 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
-from openai import AsyncOpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.offline.wire import OFFLINE_MODEL_NAME  # noqa: E402
 from scripts.bench._common import summary, write_results  # noqa: E402
-from scripts.bench._processes import ROOT, dev_token, offline_model, service  # noqa: E402
+from scripts.bench._processes import (  # noqa: E402
+    ROOT,
+    dev_token,
+    floor_service,
+    offline_model,
+    service,
+)
 from tests.support.databases import migrated_engine, postgres_database  # noqa: E402
-from tests.support.sse import aiter_events  # noqa: E402
 
 MESSAGE = "hello there"  # no memory request: the offline model answers with its notice
 
@@ -52,43 +60,91 @@ class Samples:
         return len(self.turn_ms)
 
 
-async def direct_turn(client: AsyncOpenAI, samples: Samples) -> None:
+# Both paths are read the same light way: the body's raw bytes, searched only for the marker of
+# the first text and of the end. Parsing the stub's chunks with the SDK (a pydantic model per
+# chunk) cost the client several milliseconds per turn that the service's path did not pay,
+# which made "direct" slower and the service's added time look smaller than it is.
+_FIRST_CONTENT = re.compile(rb'"content": ?"[^"]')  # the stub's first non-empty text chunk
+_DIRECT_BODY = json.dumps(
+    {
+        "model": OFFLINE_MODEL_NAME,
+        "messages": [{"role": "user", "content": MESSAGE}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+).encode()
+
+
+class _Body:
+    """The bytes read so far and when the first of `marker` arrived (a marker cut between two
+    reads is found once the second arrives)."""
+
+    __slots__ = ("data", "first", "marker")
+
+    def __init__(self, marker: re.Pattern[bytes]) -> None:
+        self.data = bytearray()
+        self.first: float | None = None
+        self.marker = marker
+
+    def add(self, piece: bytes) -> None:
+        start = max(0, len(self.data) - 32)
+        self.data += piece
+        if self.first is None and self.marker.search(self.data, start):
+            self.first = time.perf_counter()
+
+
+async def read_turn(
+    client: httpx.AsyncClient,
+    url: str,
+    samples: Samples,
+    marker: re.Pattern[bytes],
+    **request: Any,
+) -> bytes:
+    """POST, read the whole streamed body, record first-text and whole-turn times."""
     started = time.perf_counter()
-    first: float | None = None
-    stream = await client.chat.completions.create(
-        model=OFFLINE_MODEL_NAME, messages=[{"role": "user", "content": MESSAGE}], stream=True
-    )
-    async for chunk in stream:
-        if first is None and chunk.choices and chunk.choices[0].delta.content:
-            first = time.perf_counter()
+    body = _Body(marker)
+    async with client.stream("POST", url, **request) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"{url} answered {response.status_code}: {await response.aread()!r}")
+        async for piece in response.aiter_raw():
+            body.add(piece)
     ended = time.perf_counter()
-    assert first is not None, "the stub sent no text"
-    samples.first_text_ms.append((first - started) * 1000)
+    if body.first is None:
+        raise RuntimeError(f"{url} sent no text")
+    samples.first_text_ms.append((body.first - started) * 1000)
     samples.turn_ms.append((ended - started) * 1000)
+    return bytes(body.data)
+
+
+async def direct_turn(client: httpx.AsyncClient, stub: str, samples: Samples) -> None:
+    """A streamed completion from the stub itself."""
+    data = await read_turn(
+        client,
+        f"{stub}/chat/completions",
+        samples,
+        _FIRST_CONTENT,
+        content=_DIRECT_BODY,
+        headers={"Content-Type": "application/json", "Authorization": "Bearer unused"},
+    )
+    if not data.rstrip().endswith(b"data: [DONE]"):
+        raise RuntimeError("the stub's stream did not end with [DONE]")
+
+
+_DELTA = re.compile(rb"event: delta")
 
 
 async def backend_turn(client: httpx.AsyncClient, url: str, token: str, samples: Samples) -> None:
-    started = time.perf_counter()
-    first: float | None = None
-    done = False
-    async with client.stream(
-        "POST",
+    """`POST /v1/chat` through the service, read to its end."""
+    data = await read_turn(
+        client,
         f"{url}/v1/chat",
+        samples,
+        _DELTA,
         json={"message": MESSAGE},
         headers={"Authorization": f"Bearer {token}"},
-    ) as response:
-        assert response.status_code == 200, await response.aread()
-        async for event in aiter_events(response):
-            if event.event == "delta" and first is None:
-                first = time.perf_counter()
-            elif event.event == "done":
-                done = True
-            elif event.event == "error":
-                raise RuntimeError(f"turn failed: {event.data}")
-    ended = time.perf_counter()
-    assert first is not None and done, "the turn sent no text or did not finish"
-    samples.first_text_ms.append((first - started) * 1000)
-    samples.turn_ms.append((ended - started) * 1000)
+    )
+    if b"event: error" in data or b"event: done" not in data:
+        raise RuntimeError(f"the turn did not finish: {data[-300:]!r}")
 
 
 async def block(turn: Callable[[int], Awaitable[None]], turns: int, concurrency: int) -> float:
@@ -117,17 +173,12 @@ async def measure(
     tokens = [dev_token(f"bench-overhead-{n}") for n in range(concurrency)]
     async with (
         httpx.AsyncClient(timeout=60, limits=limits) as http,
-        AsyncOpenAI(
-            base_url=stub,
-            api_key="unused",
-            max_retries=0,
-            http_client=httpx.AsyncClient(timeout=60, limits=limits),
-        ) as model,
+        httpx.AsyncClient(timeout=60, limits=limits) as model,
     ):
 
         def path(name: str, into: Samples) -> Callable[[int], Awaitable[None]]:
             if name == "direct":
-                return lambda _n: direct_turn(model, into)
+                return lambda _n: direct_turn(model, stub, into)
             return lambda n: backend_turn(http, services[name], tokens[n], into)
 
         # Warm-up: connections, the service's agent singletons, the database pool.
@@ -191,6 +242,11 @@ def main() -> None:
         default=None,
         help="another checkout served and measured alongside (before)",
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure scripts/bench/floor_app.py (the required stack alone) alongside",
+    )
     parser.add_argument("--out", default=None, help="results name (default from the options)")
     args = parser.parse_args()
     levels = [int(level) for level in args.concurrency.split(",")]
@@ -198,7 +254,7 @@ def main() -> None:
     figures: dict[str, object] = {
         "setup": f"offline model standalone (delay 0) as the stub; {args.workers} uvicorn "
         f"worker(s) on {args.database}, memory on, LOG_LEVEL=INFO json to a file; "
-        "client in the same machine (asyncio, httpx / AsyncOpenAI)",
+        "client in the same machine (asyncio, httpx, both bodies read as raw bytes)",
         "trees": {name: str(tree) for name, tree in trees.items()},
     }
     with tempfile.TemporaryDirectory() as logs, ExitStack() as stack:
@@ -218,6 +274,8 @@ def main() -> None:
                     LLM_MODEL=OFFLINE_MODEL_NAME,
                 )
             )
+        if args.floor:
+            urls["floor"] = stack.enter_context(floor_service(stub, Path(logs)))
         for concurrency in levels:
             paths = asyncio.run(measure(stub, urls, concurrency, args.turns, args.blocks))
             described = {name: describe(samples) for name, samples in paths.items()}
