@@ -50,6 +50,9 @@ class PromptLibrary:
             keep_trailing_newline=True,
             trim_blocks=True,
             lstrip_blocks=True,
+            # A version's file never changes (a new prompt is a new version), so a compiled
+            # template is kept: Jinja's default re-checks the file's mtime on every turn.
+            auto_reload=False,
         )
 
     def template(self, kind: PromptKind, version: str) -> Template:
