@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 
 from app.agent.agents import AgentRegistry
 from app.api.auth import DevTokens, TokenVerifier, build_verifier
+from app.concurrency import use_executor
 from app.conversations.service import ConversationService
 from app.db.engine import DatabaseLimits, build_engine, database_limits
 from app.memory.control import MemoryControl
@@ -78,7 +79,8 @@ def write_limits(settings: Settings) -> WriteLimits:
 
 
 def size_worker_threads(limits: DatabaseLimits) -> None:
-    """Give the running loop's `asyncio.to_thread` one worker thread per pooled connection.
+    """Give the running loop's database calls (`app.concurrency.to_thread`, and the loop's default
+    executor) one worker thread per pooled connection.
 
     Database calls run on the loop's default executor, which Python sizes from the CPU count
     (min(32, CPUs + 4): six threads on a two-core host) whatever the pool holds. Fewer threads
@@ -87,9 +89,7 @@ def size_worker_threads(limits: DatabaseLimits) -> None:
     (DB_OPERATION_TIMEOUT_SECONDS) or at once when their caller's fence breaks their connection.
     """
     try:
-        loop = asyncio.get_running_loop()
+        asyncio.get_running_loop()
     except RuntimeError:  # built outside an event loop (a script): nothing to size
         return
-    loop.set_default_executor(
-        ThreadPoolExecutor(max_workers=limits.connections, thread_name_prefix="db-worker")
-    )
+    use_executor(ThreadPoolExecutor(max_workers=limits.connections, thread_name_prefix="db-worker"))

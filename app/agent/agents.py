@@ -17,6 +17,7 @@ from app.agent.llm import ModelClient, build_model_client
 from app.agent.prompts import MemoryView, PromptLibrary
 from app.agent.search_tool import SEARCH_TOOL
 from app.agent.tools import MEMORY_TOOL
+from app.concurrency import to_thread
 from app.memory.contract import MEMORY_TOOL_NAME
 from app.settings import Settings
 
@@ -101,7 +102,7 @@ class AgentRegistry:
         )
         kind: Literal["system", "eval"] = "system" if name == "chat" else "eval"
         # Compile the template off the event loop: a missing or broken prompt fails here, once.
-        await asyncio.to_thread(self.prompts.template, kind, version)
+        await to_thread(self.prompts.template, kind, version)
         return Agent(
             name=name,
             model=build_model_client(self.settings, self.model_transport),

@@ -6,7 +6,6 @@ a body, a query or a tool argument.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -18,6 +17,7 @@ import structlog
 from fastapi import Request
 from jwt import PyJWKClient, PyJWKClientConnectionError, PyJWKClientError, PyJWKSetError
 
+from app.concurrency import to_thread
 from app.errors import ServiceUnavailable, Unauthorized
 from app.settings import Settings
 
@@ -185,7 +185,7 @@ class OidcVerifier:
             raise InvalidToken("The token has no key id ('kid').")
         # PyJWKClient does blocking HTTP (and refetches on an unknown kid): keep it off the loop.
         try:
-            key = await asyncio.to_thread(self.jwks.get_signing_key, kid)
+            key = await to_thread(self.jwks.get_signing_key, kid)
         except (PyJWKClientConnectionError, PyJWKSetError) as error:
             logger.warning("auth.jwks_unavailable", error=type(error).__name__)
             raise ServiceUnavailable(

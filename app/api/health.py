@@ -3,7 +3,6 @@ READINESS_TIMEOUT_SECONDS)."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import structlog
@@ -12,6 +11,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import Engine, select, text, update
 
 from app.api.deps import RuntimeDep
+from app.concurrency import to_thread
 from app.db.deadline import DeadlineExceededError, within
 from app.db.migrate import current_revision, head_revision
 from app.db.schema import agent_memory
@@ -85,7 +85,7 @@ async def readyz(runtime: RuntimeDep) -> JSONResponse:
     try:
         await within(
             seconds,
-            lambda: asyncio.to_thread(check_readiness, runtime.engine),
+            lambda: to_thread(check_readiness, runtime.engine),
             what="readiness check",
         )
     except NotReadyError as error:

@@ -3,7 +3,6 @@ during a turn so that a database outage never stops an answer."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import uuid
@@ -14,6 +13,7 @@ from datetime import datetime
 import structlog
 from sqlalchemy import Connection, Engine
 
+from app.concurrency import to_thread
 from app.conversations import repository, search
 from app.conversations.repository import Conversation, MessageStatus, Role, StoredMessage
 from app.conversations.search_text import query_words, snippet
@@ -69,14 +69,14 @@ class ConversationService:
             return repository.get(connection, user_id, conversation_id)
 
     async def get(self, user_id: str, conversation_id: str) -> Conversation | None:
-        return await asyncio.to_thread(self._get, user_id, conversation_id)
+        return await to_thread(self._get, user_id, conversation_id)
 
     def _list(self, user_id: str) -> list[Conversation]:
         with self.engine.connect() as connection:
             return repository.list_for_user(connection, user_id)
 
     async def list_for(self, user_id: str) -> list[Conversation]:
-        return await asyncio.to_thread(self._list, user_id)
+        return await to_thread(self._list, user_id)
 
     def _messages(
         self, user_id: str, conversation_id: str, last: int | None
@@ -92,7 +92,7 @@ class ConversationService:
         self, user_id: str, conversation_id: str, *, last: int | None = None
     ) -> list[StoredMessage] | None:
         """The owner's messages (the last `last` of them), or None when not the owner's."""
-        return await asyncio.to_thread(self._messages, user_id, conversation_id, last)
+        return await to_thread(self._messages, user_id, conversation_id, last)
 
     def _delete(self, user_id: str, conversation_id: str) -> bool:
         if not is_conversation_id(conversation_id):
@@ -101,7 +101,7 @@ class ConversationService:
             return repository.remove(connection, user_id, conversation_id)
 
     async def delete(self, user_id: str, conversation_id: str) -> bool:
-        return await asyncio.to_thread(self._delete, user_id, conversation_id)
+        return await to_thread(self._delete, user_id, conversation_id)
 
     def _search(
         self, user_id: str, query: str, limit: int, exclude_turn_id: str | None
@@ -146,7 +146,7 @@ class ConversationService:
     ) -> list[SearchResult]:
         """The owner's best-matching messages for `query`, read as words (never as syntax);
         `exclude_turn_id` leaves out one turn's messages (the turn that is searching)."""
-        return await asyncio.to_thread(self._search, user_id, query, limit, exclude_turn_id)
+        return await to_thread(self._search, user_id, query, limit, exclude_turn_id)
 
     # -- best-effort writes during a turn ------------------------------------------------------
 
@@ -192,7 +192,7 @@ class ConversationService:
         """A new conversation holding the turn's user message, or None when the transcript
         cannot be stored right now."""
         try:
-            return await asyncio.to_thread(self._create, user_id, turn_id, first_message)
+            return await to_thread(self._create, user_id, turn_id, first_message)
         except Exception as error:
             log.warning("conversation.create_failed", error_type=type(error).__name__)
             return None
@@ -215,7 +215,7 @@ class ConversationService:
         if conversation_id is None:
             return False
         try:
-            await asyncio.to_thread(self._append, conversation_id, turn_id, role, content, status)
+            await to_thread(self._append, conversation_id, turn_id, role, content, status)
         except Exception as error:
             log.warning(
                 "conversation.append_failed",

@@ -6,11 +6,11 @@ accept) goes through MemoryService's one write path. Errors propagate: the route
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
+from app.concurrency import to_thread
 from app.conversations import repository as transcripts
 from app.conversations.repository import Conversation, StoredMessage
 from app.db.locking import is_unique_violation
@@ -63,7 +63,7 @@ class MemoryControl:
         self, user_id: str, *, limit: int, before: str | None = None
     ) -> list[HistoryEntry] | None:
         """Newest first; None when `before` names no change of this user's."""
-        return await asyncio.to_thread(self._history, user_id, limit, before)
+        return await to_thread(self._history, user_id, limit, before)
 
     # -- save mode ------------------------------------------------------------------------
 
@@ -72,7 +72,7 @@ class MemoryControl:
             return proposals.save_mode(connection, user_id)
 
     async def save_mode(self, user_id: str) -> SaveMode:
-        return await asyncio.to_thread(self._save_mode, user_id)
+        return await to_thread(self._save_mode, user_id)
 
     def _set_save_mode(self, user_id: str, mode: SaveMode) -> None:
         for attempt in range(2):
@@ -85,7 +85,7 @@ class MemoryControl:
                     raise
 
     async def set_save_mode(self, user_id: str, mode: SaveMode) -> None:
-        await asyncio.to_thread(self._set_save_mode, user_id, mode)
+        await to_thread(self._set_save_mode, user_id, mode)
 
     # -- proposals ------------------------------------------------------------------------
 
@@ -94,7 +94,7 @@ class MemoryControl:
             return _registered_proposals(proposals.pending(connection, user_id))
 
     async def pending(self, user_id: str) -> list[Proposal]:
-        return await asyncio.to_thread(self._pending, user_id)
+        return await to_thread(self._pending, user_id)
 
     def _reject(self, user_id: str, proposal_id: str) -> bool:
         with self.engine.begin() as connection:
@@ -102,7 +102,7 @@ class MemoryControl:
 
     async def reject(self, user_id: str, proposal_id: str) -> bool:
         """Delete the proposal; False when it is not the caller's (or does not exist)."""
-        return await asyncio.to_thread(self._reject, user_id, proposal_id)
+        return await to_thread(self._reject, user_id, proposal_id)
 
     # -- export ---------------------------------------------------------------------------
 
@@ -124,4 +124,4 @@ class MemoryControl:
         )
 
     async def export(self, user_id: str) -> Export:
-        return await asyncio.to_thread(self._export, user_id)
+        return await to_thread(self._export, user_id)

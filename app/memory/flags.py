@@ -12,6 +12,7 @@ import structlog
 from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from app.concurrency import to_thread
 from app.db.deadline import within
 from app.db.schema import feature_flags
 
@@ -150,7 +151,7 @@ class FlagStore:
         try:
             state = await within(
                 self.read_timeout_seconds,
-                lambda: asyncio.to_thread(read_flag, self.engine, name, self._default(name)),
+                lambda: to_thread(read_flag, self.engine, name, self._default(name)),
                 what="flag read",
             )
         except Exception as error:
@@ -213,6 +214,6 @@ class FlagStore:
         return await self.memory_status() == "enabled"
 
     async def set(self, name: str, enabled: bool, updated_by: str | None) -> FlagState:
-        state = await asyncio.to_thread(write_flag, self.engine, name, enabled, updated_by)
+        state = await to_thread(write_flag, self.engine, name, enabled, updated_by)
         self._cached[name] = (self._clock(), state)
         return state

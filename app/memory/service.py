@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -11,7 +10,7 @@ from functools import partial
 
 from sqlalchemy import Connection, Engine
 
-from app.concurrency import CancelFlag, finish_even_if_cancelled
+from app.concurrency import CancelFlag, finish_even_if_cancelled, to_thread
 from app.db.deadline import DeadlineExceededError, within
 from app.db.engine import SQLITE_IMMEDIATE, one_statement_read
 from app.db.locking import is_retryable, is_timeout, is_unique_violation, writer_queue
@@ -93,9 +92,7 @@ class MemoryService:
         past it, MemoryUnavailableError, and the abandoned read is broken off."""
         bound = self.read_timeout_seconds if seconds is None else seconds
         try:
-            return await within(
-                bound, lambda: asyncio.to_thread(self.read, user_id), what="memory read"
-            )
+            return await within(bound, lambda: to_thread(self.read, user_id), what="memory read")
         except DeadlineExceededError as error:
             raise MemoryUnavailableError("DeadlineExceededError") from error
 
@@ -185,7 +182,7 @@ class MemoryService:
         transaction.
         """
         return await finish_even_if_cancelled(
-            asyncio.to_thread(
+            to_thread(
                 partial(
                     self.commit_operations,
                     user_id,
@@ -206,4 +203,4 @@ class MemoryService:
             return writes.forget(connection, user_id)
 
     async def forget_async(self, user_id: str) -> int:
-        return await asyncio.to_thread(self.forget, user_id)
+        return await to_thread(self.forget, user_id)
