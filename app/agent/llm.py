@@ -7,10 +7,11 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
+import aiohttp
 import httpx
 import openai
 import structlog
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, DefaultAioHttpClient
 from opentelemetry import trace
 
 from app.agent import model_sse
@@ -42,6 +43,9 @@ try:
     STREAM_ERRORS += (httpx2.HTTPError,)
 except ImportError:  # pragma: no cover - an SDK release without its own HTTP stack
     pass
+# A configured endpoint is read through aiohttp (`openai.DefaultAioHttpClient`), whose transport
+# maps the errors it knows to httpx2's; any other aiohttp error is a broken stream too.
+STREAM_ERRORS += (aiohttp.ClientError,)
 
 FailureCode = Literal["model_error", "model_stream_broken"]
 
@@ -300,6 +304,10 @@ def build_model_client(
             api_key=api_key,
             timeout=settings.llm_timeout_seconds,
             max_retries=REAL_MODEL_RETRIES,
+            # The SDK's aiohttp client: its C parser and connection pool instead of httpx2's
+            # pure-Python HTTP stack, which parsed every chunk of the answer with h11 and
+            # polled each pooled connection's socket on every request (docs/performance.md).
+            http_client=DefaultAioHttpClient(timeout=settings.llm_timeout_seconds),
         )
     else:
         client = AsyncOpenAI(

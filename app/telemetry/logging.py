@@ -33,7 +33,8 @@ WITHHELD_MESSAGE = "[third-party log record below WARNING withheld]"
 # The loggers known to print content are also held at WARNING, so that they do not even build
 # their records: the openai SDK logs "Request options" with the whole JSON body and the response
 # headers at DEBUG; its HTTP stack (httpx2/httpcore2, or httpx/httpcore) logs each request URL
-# at INFO and every header at DEBUG, and h11/h2/hpack frames; urllib3 and requests log URLs;
+# at INFO and every header at DEBUG, and h11/h2/hpack frames; aiohttp (the model endpoint's
+# transport) logs connection and payload details at DEBUG; urllib3 and requests log URLs;
 # websockets and watchfiles log frames and paths; asyncio's debug mode logs callback reprs;
 # SQLAlchemy's engine logs bound parameters at INFO and rows at DEBUG (even without echo, once
 # the root logger is at INFO); the database drivers log queries; sse-starlette logs every
@@ -49,6 +50,7 @@ CLAMPED_LOGGERS: tuple[str, ...] = (
     "h11",
     "h2",
     "hpack",
+    "aiohttp",
     "anyio",
     "urllib3",
     "requests",

@@ -40,7 +40,7 @@ RESPONSE_COOKIE = "SNTL-COOKIE-WALRUS-40"
 RESPONSE_BODY = "SNTL-RESPBODY-MARTEN-51"
 USER_MESSAGE = "SNTL-MESSAGE-OTTER-62"
 SENTINELS = [URL_PATH, API_KEY, RESPONSE_HEADER, RESPONSE_COOKIE, RESPONSE_BODY, USER_MESSAGE]
-HTTP_LOGGERS = ("openai", "httpx2", "httpcore2", "httpx", "httpcore")
+HTTP_LOGGERS = ("openai", "httpx2", "httpcore2", "httpx", "httpcore", "aiohttp")
 FACT = {"target": "user", "action": "add", "content": "The user likes green tea."}
 
 
@@ -112,7 +112,8 @@ def test_no_http_sentinel_reaches_any_log_or_span_at_debug(run: Run) -> None:
         for record in run.captured.records
         if record.getMessage() == tl.WITHHELD_MESSAGE
     }
-    assert {"httpx2", "httpcore2", "openai"} <= withheld, withheld
+    # The SDK and its httpx2 client logged; the aiohttp transport under it logs nothing per request.
+    assert {"httpx2", "openai"} <= withheld, withheld
     assert "llm.round" in run.captured.span_names()
 
 
@@ -127,8 +128,10 @@ def test_control_without_the_clamps_the_http_sentinels_leak(
     clamps_off: None, db: Engine, sqlite_url: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Control: the same run with the clamps off puts the model URL and the upstream's
-    response headers and cookie into the logs, so the test above can fail."""
+    response headers into the logs, so the test above can fail. (The cookie was printed by
+    httpcore2's header trace; the aiohttp transport now under the SDK prints no headers, and
+    the test above still checks that the cookie appears nowhere.)"""
     for run in drive(sqlite_url, capfd):
         assert run.events[-1] == "done"
         leaked = {sentinel for sentinel, channel in run.captured.hits(SENTINELS)}
-    assert {URL_PATH, RESPONSE_HEADER, RESPONSE_COOKIE} <= leaked, leaked
+    assert {URL_PATH, RESPONSE_HEADER} <= leaked, leaked

@@ -183,3 +183,53 @@ def test_a_real_endpoint_that_drops_midway_is_a_broken_stream() -> None:
 
     failure = asyncio.run(run())
     assert (failure.code, failure.streamed) == ("model_stream_broken", True)
+
+
+@pytest.mark.parametrize("encoding", ["identity", "gzip", "deflate"])
+def test_a_configured_endpoint_is_read_as_sent_or_compressed(encoding: str) -> None:
+    """A configured endpoint goes through the SDK's aiohttp client over a real socket: a chunked
+    body, sent in small pieces and compressed or not, gives the same text as it was written."""
+    words = ["caf\u00e9 ", "is ", "open"]
+    raw = stream_body(words)
+    body = {"identity": raw, "gzip": gzip.compress(raw), "deflate": zlib.compress(raw)}[encoding]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(
+            next(
+                line.split(b":", 1)[1]
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+        )
+        await reader.readexactly(length)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            + f"content-encoding: {encoding}\r\n".encode()
+            + b"transfer-encoding: chunked\r\n\r\n"
+        )
+        for start in range(0, len(body), 7):
+            piece = body[start : start + 7]
+            writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    seen: list[str] = []
+
+    async def run() -> RoundResult:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        settings = Settings(  # type: ignore[call-arg]
+            _env_file=None, llm_base_url=f"http://127.0.0.1:{port}/v1", llm_api_key="k"
+        )
+        client = build_model_client(settings)
+        try:
+            return await client.run_round("m", [{"role": "user", "content": "hi"}], [], seen.append)
+        finally:
+            await client.aclose()
+            server.close()
+
+    result = asyncio.run(run())
+    assert (result.text, result.finish_reason, seen) == ("".join(words), "stop", words)
