@@ -28,6 +28,14 @@ class _Memory:
 
 _DISABLED = _Memory("disabled", Snapshot(), None)
 
+# The message write starts when the memory read has ended, or this long after it started if it
+# has not. Started together, the two ran their Python side by side in two worker threads, which
+# only took turns holding the GIL, each turn a hand-over between threads: both took about twice
+# as long as one after the other (docs/performance.md, round 8). The bound keeps them
+# independent: a memory read that hangs holds the user's message back by this much, not by its
+# deadline.
+STORE_AFTER_SECONDS = 0.02
+
 
 async def open_turn(
     request: TurnRequest,
@@ -37,15 +45,20 @@ async def open_turn(
     uses_memory: bool,
     cancel_event: CancelFlag,
 ) -> TurnContext:
-    """The flag and memory reads and the user message's write run side by side (they are the
-    time to first text) and end by one deadline, MEMORY_READ_TIMEOUT_SECONDS, so `start` never
-    waits on a database that hangs."""
+    """The flag and memory reads, then the user message's write (at the latest
+    STORE_AFTER_SECONDS after the reads began: they are the time to first text), all by one
+    deadline, MEMORY_READ_TIMEOUT_SECONDS, so `start` never waits on a database that hangs."""
     flags = services.flags
     opened_at = flags.now() if flags is not None else None
     deadline = asyncio.get_running_loop().time() + services.settings.memory_read_timeout_seconds
+    reading = asyncio.ensure_future(_load_memory(request, services, turn_id, uses_memory, deadline))
+    try:
+        await asyncio.wait({reading}, timeout=STORE_AFTER_SECONDS)
+    except asyncio.CancelledError:
+        reading.cancel()
+        raise
     memory, conversation_id = await asyncio.gather(
-        _load_memory(request, services, turn_id, uses_memory, deadline),
-        _store_message(request, services, turn_id, deadline),
+        reading, _store_message(request, services, turn_id, deadline)
     )
     log.info(
         "turn.started",
