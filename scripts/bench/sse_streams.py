@@ -6,8 +6,12 @@ live turn that sends a word every five seconds (plus SSE keep-alive pings): idle
 client opens streams in steps, waits until each one has streamed its first word, then reads the
 server's resident memory (VmRSS in /proc/<pid>/status).
 
+With `--stub` the model is the offline model served standalone (`scripts/offline_model.py`,
+same pause) at LLM_BASE_URL, so every stream also holds a real connection to a configured
+endpoint through the SDK's HTTP client (the stub's own memory is not counted).
+
     .venv/bin/python scripts/bench/sse_streams.py [--steps 500,1000,2000,3000,4000,5000]
-        [--root /path/to/another/checkout] [--out NAME]
+        [--root /path/to/another/checkout] [--stub] [--out NAME]
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -24,7 +29,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from scripts.bench._common import write_results  # noqa: E402
-from scripts.bench._processes import ROOT, dev_token, service  # noqa: E402
+from scripts.bench._processes import ROOT, dev_token, offline_model, service  # noqa: E402
 from tests.support.databases import migrated_engine, postgres_database  # noqa: E402
 from tests.support.sse import aiter_events  # noqa: E402
 
@@ -153,11 +158,24 @@ def main() -> None:
         "--steps", default="500,1000,2000,3000,4000,5000", help="cumulative numbers of open streams"
     )
     parser.add_argument("--root", type=Path, default=ROOT, help="the code tree to serve")
+    parser.add_argument(
+        "--stub",
+        action="store_true",
+        help="the model served standalone over HTTP (a configured endpoint), not in process",
+    )
     parser.add_argument("--out", default="sse_streams", help="results name")
     args = parser.parse_args()
     steps = [int(step) for step in args.steps.split(",")]
-    with tempfile.TemporaryDirectory() as logs, postgres_database() as database_url:
+    with (
+        tempfile.TemporaryDirectory() as logs,
+        postgres_database() as database_url,
+        ExitStack() as stack,
+    ):
         migrated_engine(database_url).dispose()
+        model: dict[str, str] = {}
+        if args.stub:
+            model["LLM_BASE_URL"] = stack.enter_context(offline_model(Path(logs), delay_ms=5000))
+            model["LLM_API_KEY"] = "unused"
         with service(
             database_url,
             Path(logs),
@@ -165,12 +183,14 @@ def main() -> None:
             OFFLINE_MODEL_DELAY_MS="5000",
             TURN_TIMEOUT_SECONDS="3600",
             LOG_LEVEL="WARNING",
+            **model,
         ) as (url, pid):
             figures = asyncio.run(ramp(url, pid, steps))
     figures["setup"] = (
         "one uvicorn worker on PostgreSQL, memory on; each stream a live turn "
-        "of the offline model sending a word every 5 s; client on the same "
-        "machine"
+        "of the offline model sending a word every 5 s"
+        + (", served standalone over HTTP (a configured endpoint)" if args.stub else "")
+        + "; client on the same machine"
     )
     figures["tree"] = str(args.root)
     path = write_results(args.out, figures)

@@ -71,7 +71,7 @@ def timed(owner: Any, attribute: str, name: str) -> None:
 
 
 timed(deps, "authenticate", "authentication")
-timed(turn, "open_turn", "turn start (memory read | message write)")
+timed(turn, "open_turn", "turn start (memory read, then message write)")
 timed(opening, "_load_memory", "memory read")
 timed(opening, "_store_message", "message write")
 timed(memory.MemoryService, "read", "memory read, in its thread")
