@@ -5,10 +5,11 @@ however the body's bytes are cut."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.agent.llm import ModelFailure, RoundResult, build_model_client
+from app.agent.llm import ModelClient, ModelFailure, RoundResult, build_model_client
 from app.agent.model_sse import EventStream, StreamError, chunks
 from app.settings import Settings
 
@@ -152,6 +153,26 @@ def test_a_round_reads_the_body_as_sent_or_compressed(encoding: str, streamed: b
     assert (result.text, result.finish_reason, seen) == ("".join(words), "stop", words)
 
 
+Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def configured_endpoint(serve: Serve) -> AsyncIterator[ModelClient]:
+    """The model client of a configured endpoint (the SDK's own HTTP client), served by `serve`
+    on a real loopback socket."""
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None, llm_base_url=f"http://127.0.0.1:{port}/v1", llm_api_key="k"
+    )
+    client = build_model_client(settings)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        server.close()
+
+
 def test_a_real_endpoint_that_drops_midway_is_a_broken_stream() -> None:
     """A configured endpoint (the SDK's own HTTP client) that closes the connection inside the
     body: the round fails as `model_stream_broken` with the text so far marked as streamed, not
@@ -167,19 +188,10 @@ def test_a_real_endpoint_that_drops_midway_is_a_broken_stream() -> None:
         writer.close()  # no last chunk: the body is cut
 
     async def run() -> ModelFailure:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        settings = Settings(  # type: ignore[call-arg]
-            _env_file=None, llm_base_url=f"http://127.0.0.1:{port}/v1", llm_api_key="k"
-        )
-        client = build_model_client(settings)
-        try:
+        async with configured_endpoint(serve) as client:
             with pytest.raises(ModelFailure) as failure:
                 await client.run_round("m", [{"role": "user", "content": "hi"}], [], print)
             return failure.value
-        finally:
-            await client.aclose()
-            server.close()
 
     failure = asyncio.run(run())
     assert (failure.code, failure.streamed) == ("model_stream_broken", True)
@@ -219,17 +231,8 @@ def test_a_configured_endpoint_is_read_as_sent_or_compressed(encoding: str) -> N
     seen: list[str] = []
 
     async def run() -> RoundResult:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        settings = Settings(  # type: ignore[call-arg]
-            _env_file=None, llm_base_url=f"http://127.0.0.1:{port}/v1", llm_api_key="k"
-        )
-        client = build_model_client(settings)
-        try:
+        async with configured_endpoint(serve) as client:
             return await client.run_round("m", [{"role": "user", "content": "hi"}], [], seen.append)
-        finally:
-            await client.aclose()
-            server.close()
 
     result = asyncio.run(run())
     assert (result.text, result.finish_reason, seen) == ("".join(words), "stop", words)
