@@ -157,15 +157,15 @@ Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 @contextlib.asynccontextmanager
-async def configured_endpoint(serve: Serve) -> AsyncIterator[ModelClient]:
+async def configured_endpoint(serve: Serve, **settings: Any) -> AsyncIterator[ModelClient]:
     """The model client of a configured endpoint (the SDK's own HTTP client), served by `serve`
-    on a real loopback socket."""
+    on a real loopback socket; `settings` are more of the client's settings."""
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    settings = Settings(  # type: ignore[call-arg]
-        _env_file=None, llm_base_url=f"http://127.0.0.1:{port}/v1", llm_api_key="k"
+    configured = Settings(  # type: ignore[call-arg]
+        _env_file=None, llm_base_url=f"http://127.0.0.1:{port}/v1", llm_api_key="k", **settings
     )
-    client = build_model_client(settings)
+    client = build_model_client(configured)
     try:
         yield client
     finally:
@@ -236,3 +236,75 @@ def test_a_configured_endpoint_is_read_as_sent_or_compressed(encoding: str) -> N
 
     result = asyncio.run(run())
     assert (result.text, result.finish_reason, seen) == ("".join(words), "stop", words)
+
+
+def test_a_configured_endpoint_that_refuses_the_request_is_a_model_error() -> None:
+    """An error status, then a closed port: the SDK's errors through its aiohttp client become
+    `model_error` with nothing streamed, never the HTTP library's own exception."""
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        body = b'{"error": {"message": "overloaded"}}'
+        writer.write(
+            b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        writer.close()
+
+    async def run() -> list[tuple[str, bool]]:
+        failures = []
+        async with configured_endpoint(refuse) as client:
+            with pytest.raises(ModelFailure) as status:
+                await client.run_round("m", [{"role": "user", "content": "hi"}], [], print)
+            failures.append((status.value.code, status.value.streamed))
+        closed = await asyncio.start_server(refuse, "127.0.0.1", 0)
+        port = closed.sockets[0].getsockname()[1]
+        closed.close()
+        await closed.wait_closed()
+        settings = Settings(  # type: ignore[call-arg]
+            _env_file=None, llm_base_url=f"http://127.0.0.1:{port}/v1", llm_api_key="k"
+        )
+        client = build_model_client(settings)
+        try:
+            with pytest.raises(ModelFailure) as refused:
+                await client.run_round("m", [{"role": "user", "content": "hi"}], [], print)
+            failures.append((refused.value.code, refused.value.streamed))
+        finally:
+            await client.aclose()
+        return failures
+
+    assert asyncio.run(run()) == [("model_error", False), ("model_error", False)]
+
+
+def test_a_configured_endpoint_that_stops_sending_is_a_broken_stream() -> None:
+    """The stream's first chunk, then silence past LLM_TIMEOUT_SECONDS: aiohttp's read timeout
+    ends the round as `model_stream_broken` with the text so far marked as streamed."""
+    first = stream_body(["half "]).split(b"\r\n\r\n")[0] + b"\r\n\r\n"
+    release = asyncio.Event()
+
+    async def stall(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            + b"transfer-encoding: chunked\r\n\r\n"
+            + f"{len(first):x}\r\n".encode()
+            + first
+            + b"\r\n"
+        )
+        await writer.drain()
+        await release.wait()  # nothing more until the test ends
+        writer.close()
+
+    async def run() -> ModelFailure:
+        try:
+            async with configured_endpoint(stall, llm_timeout_seconds=0.3) as client:
+                with pytest.raises(ModelFailure) as failure:
+                    await client.run_round("m", [{"role": "user", "content": "hi"}], [], print)
+                return failure.value
+        finally:
+            release.set()
+
+    failure = asyncio.run(run())
+    assert (failure.code, failure.streamed) == ("model_stream_broken", True)
