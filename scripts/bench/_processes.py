@@ -89,7 +89,6 @@ def service(
 ) -> Iterator[tuple[str, int]]:
     """`uvicorn app.main:app` (or `asgi_app`) with production-like settings, run from the code
     tree `root` (a checkout of another commit, to compare before and after); yields (url, pid)."""
-    port = free_port()
     env = {
         key: value
         for key, value in os.environ.items()
@@ -105,6 +104,28 @@ def service(
             **settings,
         }
     )
+    options = ["--workers", str(workers)] if workers > 1 else []
+    with uvicorn(asgi_app, env, log_dir / f"{name}.log", root, *options) as served:
+        yield served
+
+
+@contextmanager
+def floor_service(stub: str, log_dir: Path) -> Iterator[str]:
+    """`scripts/bench/floor_app.py` (the required stack and nothing else) in one uvicorn
+    process, started like `service`; yields its URL."""
+    env = {**os.environ, "LLM_BASE_URL": stub, "LLM_API_KEY": "unused"}
+    app = "scripts.bench.floor_app:app"
+    with uvicorn(app, env, log_dir / "floor.log", ROOT, "--log-level", "warning") as (url, _pid):
+        yield url
+
+
+@contextmanager
+def uvicorn(
+    asgi_app: str, env: dict[str, str], log: Path, root: Path, *options: str
+) -> Iterator[tuple[str, int]]:
+    """`asgi_app` under uvicorn on a free loopback port, importing from the code tree `root`;
+    waits for its `/healthz`, yields (url, pid)."""
+    port = free_port()
     args = [
         sys.executable,
         "-m",
@@ -115,37 +136,12 @@ def service(
         "--port",
         str(port),
         "--no-access-log",
+        *options,
     ]
-    if workers > 1:
-        args += ["--workers", str(workers)]
-    env["PYTHONPATH"] = str(root)  # the tree's own `app`, not an installed one
+    env = {**env, "PYTHONPATH": str(root)}  # the tree's own `app`, not an installed one
     url = f"http://127.0.0.1:{port}"
-    with process(args, f"{url}/healthz", env, log_dir / f"{name}.log", root) as pid:
+    with process(args, f"{url}/healthz", env, log, root) as pid:
         yield url, pid
-
-
-@contextmanager
-def floor_service(stub: str, log_dir: Path) -> Iterator[str]:
-    """`scripts/bench/floor_app.py` (the required stack and nothing else) in one uvicorn
-    process, started like `service`; yields its URL."""
-    port = free_port()
-    env = {**os.environ, "LLM_BASE_URL": stub, "LLM_API_KEY": "unused", "PYTHONPATH": str(ROOT)}
-    args = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "scripts.bench.floor_app:app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--no-access-log",
-        "--log-level",
-        "warning",
-    ]
-    url = f"http://127.0.0.1:{port}"
-    with process(args, f"{url}/healthz", env, log_dir / "floor.log"):
-        yield url
 
 
 def dev_token(sub: str) -> str:

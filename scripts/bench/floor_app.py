@@ -2,7 +2,7 @@
 openai SDK in one uvicorn process, for `turn_overhead.py --floor` to measure next to the service.
 
 One route, `POST /v1/chat` with `{"message": ...}`: one streamed completion from `LLM_BASE_URL`
-through the SDK (read as raw lines, as the service reads it, not parsed into the SDK's models),
+through the SDK (read as lines of JSON, not parsed into the SDK's models, as the service too),
 each text piece sent as a `delta` event, then `done`. No authentication, database, memory,
 prompt, transcript, logging or telemetry: whatever the service adds on top of this floor is
 what its own work costs; the floor's own added time is what the stack costs.
