@@ -8,13 +8,14 @@ import uuid
 import structlog
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from sqlalchemy import Engine, select, text, update
+from sqlalchemy import Engine, text
 
 from app.api.deps import RuntimeDep
 from app.concurrency import to_thread
 from app.db.deadline import DeadlineExceededError, within
 from app.db.migrate import current_revision, head_revision
-from app.db.schema import agent_memory
+from app.memory import writes
+from app.memory.unit_of_work import unit_of_work
 
 logger = structlog.get_logger(__name__)
 
@@ -27,26 +28,23 @@ class NotReadyError(Exception):
     """A readiness check failed; the message is the reason reported to the caller."""
 
 
+class _RollBack(Exception):
+    """Ends the probe's unit of work so that it rolls back."""
+
+
 def _probe(engine: Engine) -> None:
-    """Insert, read, update and read back a probe row in one transaction, then roll it back.
+    """Insert, read, update and read back a probe row inside a unit of work (the one way in for
+    memory writes, its writer lock included), then roll it back.
 
     The row is never committed, so no concurrent reader can see it and nothing is left behind.
     """
-    user_id = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
-    key = (agent_memory.c.user_id == user_id) & (agent_memory.c.memory_type == "memory")
-    with engine.connect() as connection:
-        transaction = connection.begin()
-        try:
-            connection.execute(
-                agent_memory.insert().values(user_id=user_id, memory_type="memory", content="a")
-            )
-            if connection.execute(select(agent_memory.c.content).where(key)).scalar() != "a":
-                raise NotReadyError("readiness probe could not read its row back")
-            connection.execute(update(agent_memory).where(key).values(content="b"))
-            if connection.execute(select(agent_memory.c.content).where(key)).scalar() != "b":
-                raise NotReadyError("readiness probe could not read its update back")
-        finally:
-            transaction.rollback()
+    try:
+        with unit_of_work(engine, f"{PROBE_PREFIX}{uuid.uuid4().hex}", "readiness") as unit:
+            if not writes.probe(unit):
+                raise NotReadyError("readiness probe could not read its writes back")
+            raise _RollBack
+    except _RollBack:
+        pass
 
 
 def check_readiness(engine: Engine) -> None:

@@ -49,7 +49,7 @@ async def write_settings(
 ) -> MemorySettings:
     # A preference, not memory: it can be changed while the memory flag is off.
     try:
-        await runtime.control.set_save_mode(scope.user_id, body.save_mode)
+        await runtime.memory.set_save_mode_async(scope.user_id, body.save_mode)
     except Exception as error:
         logger.warning("memory.settings_failed", error=type(error).__name__)
         raise memory_unavailable() from None
@@ -102,7 +102,7 @@ async def reject_proposal(proposal_id: str, scope: MemoryScope, runtime: Runtime
     if not is_issued_id(proposal_id):
         raise NotFound(NO_PROPOSAL)
     try:
-        removed = await runtime.control.reject(scope.user_id, proposal_id)
+        removed = await runtime.memory.reject_async(scope.user_id, proposal_id)
     except Exception as error:
         logger.warning("memory.proposals_failed", error=type(error).__name__)
         raise memory_unavailable() from None

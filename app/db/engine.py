@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import StaticPool
 
-from app.db import guard
+from app.db import guard, writers
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -160,6 +160,7 @@ def build_engine(url: str, limits: DatabaseLimits | None = None, *, echo: bool =
     if backend == "sqlite":
         _configure_sqlite(engine)
     guard.install(engine, lease_seconds=limits.operation_timeout_seconds)
+    writers.install_guard(engine)  # memory state is written only under a user's writer lock
     return engine
 
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-from sqlalchemy import BindParameter, Connection, Select, select, text
+from sqlalchemy import BindParameter, Select, select
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from app.db.schema import agent_memory
@@ -99,30 +96,3 @@ def is_unique_violation(error: BaseException) -> bool:
     if _mssql_native_code(error) in UNIQUE_MSSQL_CODES:
         return True
     return "unique constraint failed" in str(error.orig).lower()
-
-
-_QUEUE = text("SELECT pg_advisory_xact_lock(hashtextextended(:user_id, 0))")
-
-
-@contextmanager
-def writer_queue(connection: Connection, user_id: str) -> Iterator[None]:
-    """Queue one user's writers inside their transaction (PostgreSQL only; the first statement).
-
-    A transaction-level advisory lock on the user, held until the commit or rollback: one
-    writer per user at a time, including a user with no rows yet (which `FOR UPDATE` cannot
-    lock), while writers of different users never wait on each other. The transaction runs at
-    READ COMMITTED, so the locked re-read that follows (`FOR UPDATE`) takes its snapshot after
-    the lock was granted and returns the latest committed rows, re-checked by the server if
-    another writer changed them meanwhile: the mutations apply to the latest committed
-    snapshot while the transaction excludes concurrent writers, as SERIALIZABLE guaranteed,
-    without its predicate locks (which made writers of different users fail each other with
-    40001). docs/performance.md holds the argument; tests/integration/test_commit_isolation.py
-    the proof. Other dialects' locking reads already see the latest committed rows.
-
-    The wait in the queue is bounded by the session's `lock_timeout` (DB_LOCK_TIMEOUT_SECONDS),
-    which applies to advisory locks: a writer stuck behind another for longer fails with
-    SQLSTATE 55P03 (`is_timeout`), a clear failed commit rather than a hang.
-    """
-    if connection.dialect.name == "postgresql":
-        connection.execute(_QUEUE, {"user_id": user_id})
-    yield

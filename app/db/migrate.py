@@ -33,6 +33,7 @@ from sqlalchemy import (
 )
 
 from app.db.schema import PREFIX, is_search_object, metadata
+from app.db.writers import maintenance
 
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -74,7 +75,8 @@ def alembic_config(url: str) -> Config:
 
 def upgrade(engine: Engine) -> None:
     config = alembic_config(engine.url.render_as_string(hide_password=False))
-    with engine.begin() as connection:
+    # A migration may rewrite memory state (a data migration): it runs with no user writing.
+    with engine.begin() as connection, maintenance(connection):
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
 

@@ -1,7 +1,7 @@
 """What a person uses to see and steer what is remembered, beyond the memory itself: the
-history, the save mode, pending proposals and a full export. Reads and the small writes that
-touch no memory (the save mode, rejecting a proposal) live here; every memory change (undo,
-accept) goes through MemoryService's one write path. Errors propagate: the routes answer them.
+history, the save mode, pending proposals and a full export. Reads live here; every write (the
+save mode, rejecting a proposal, undo, accept) goes through MemoryService's unit of work. Errors
+propagate: the routes answer them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from sqlalchemy import Engine
 from app.concurrency import to_thread
 from app.conversations import repository as transcripts
 from app.conversations.repository import Conversation, StoredMessage
-from app.db.locking import is_unique_violation
 from app.memory import history, proposals, repository
 from app.memory.provenance import (
     HistoryEntry,
@@ -74,19 +73,6 @@ class MemoryControl:
     async def save_mode(self, user_id: str) -> SaveMode:
         return await to_thread(self._save_mode, user_id)
 
-    def _set_save_mode(self, user_id: str, mode: SaveMode) -> None:
-        for attempt in range(2):
-            try:
-                with self.engine.begin() as connection:
-                    proposals.set_save_mode(connection, user_id, mode)
-                return
-            except Exception as error:
-                if attempt or not is_unique_violation(error):  # two first writes raced
-                    raise
-
-    async def set_save_mode(self, user_id: str, mode: SaveMode) -> None:
-        await to_thread(self._set_save_mode, user_id, mode)
-
     # -- proposals ------------------------------------------------------------------------
 
     def _pending(self, user_id: str) -> list[Proposal]:
@@ -95,14 +81,6 @@ class MemoryControl:
 
     async def pending(self, user_id: str) -> list[Proposal]:
         return await to_thread(self._pending, user_id)
-
-    def _reject(self, user_id: str, proposal_id: str) -> bool:
-        with self.engine.begin() as connection:
-            return proposals.remove(connection, user_id, proposal_id)
-
-    async def reject(self, user_id: str, proposal_id: str) -> bool:
-        """Delete the proposal; False when it is not the caller's (or does not exist)."""
-        return await to_thread(self._reject, user_id, proposal_id)
 
     # -- export ---------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Storage of ask-before-saving: each user's save mode and their pending proposals (a turn's
 staged batches, kept for the user to accept or reject). Functions take a connection and never
-commit; expired proposals read as absent and are deleted whenever a proposal is written."""
+commit, and run inside the user's unit of work (app/memory/writes.py); expired proposals read as
+absent and are deleted whenever a proposal is written."""
 
 from __future__ import annotations
 
@@ -125,13 +126,21 @@ def get(connection: Connection, user_id: str, proposal_id: str) -> Proposal | No
     return _proposal(row) if row is not None else None
 
 
-def remove(connection: Connection, user_id: str, proposal_id: str) -> bool:
-    result = connection.execute(
-        delete(memory_proposals).where(
-            memory_proposals.c.id == proposal_id, memory_proposals.c.user_id == user_id
-        )
-    )
-    return bool(result.rowcount)
+def remove(
+    connection: Connection, user_id: str, proposal_id: str, *, pending_only: bool = False
+) -> bool:
+    """Delete the proposal when `user_id` owns it; with `pending_only`, True only when it had
+    not expired (an expired one is deleted all the same, and reads as absent)."""
+    owned = (memory_proposals.c.id == proposal_id) & (memory_proposals.c.user_id == user_id)
+    if pending_only:
+        stamp = now()
+        removed = connection.execute(
+            delete(memory_proposals).where(owned, memory_proposals.c.expires_at > stamp)
+        ).rowcount
+        if not removed:
+            connection.execute(delete(memory_proposals).where(owned))
+        return bool(removed)
+    return bool(connection.execute(delete(memory_proposals).where(owned)).rowcount)
 
 
 def delete_all(connection: Connection, user_id: str) -> int:

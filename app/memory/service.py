@@ -7,17 +7,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from app.concurrency import CancelFlag, finish_even_if_cancelled, to_thread
 from app.db.deadline import DeadlineExceededError, within
-from app.db.engine import SQLITE_IMMEDIATE, one_statement_read
-from app.db.locking import is_retryable, is_timeout, is_unique_violation, writer_queue
+from app.db.engine import one_statement_read
+from app.db.locking import is_retryable, is_timeout, is_unique_violation
+from app.db.writers import WriterLockTimeoutError
 from app.memory import repository, writes
-from app.memory.provenance import Provenance
+from app.memory.provenance import Provenance, SaveMode
 from app.memory.repository import CancelCheck
 from app.memory.rules import Operation, Snapshot, Target
+from app.memory.unit_of_work import LockObserver, UnitOfWork, unit_of_work
 from app.memory.writes import API, WriteLimits, WriteRequest
 from app.telemetry.sensitive import register_memory, register_operations
 
@@ -26,6 +29,7 @@ BACKOFF_SECONDS = 0.02
 READ_TIMEOUT_SECONDS = 1.0  # MEMORY_READ_TIMEOUT_SECONDS's default
 
 Batches = Sequence[Sequence[Operation]]
+T = TypeVar("T")
 
 
 class MemoryUnavailableError(RuntimeError):
@@ -68,6 +72,11 @@ class MemoryService:
         self.backoff_seconds = backoff_seconds
         self.read_timeout_seconds = read_timeout_seconds
         self._sleep = sleep
+        # Called just before each write asks for the user's lock, and inside it once the lock is
+        # held (None in production; tests hold a writer there to prove that the user's other
+        # writers wait for it).
+        self.before_lock: LockObserver | None = None
+        self.observe: LockObserver | None = None
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -97,30 +106,34 @@ class MemoryService:
             raise MemoryUnavailableError("DeadlineExceededError") from error
 
     # -- writes -----------------------------------------------------------------------------
+    # Every write runs in one unit of work (app/memory/unit_of_work.py) that holds the user's
+    # writer lock: the user's writers are serial on every dialect (docs/design.md, "Isolation").
 
-    def _write_connection(self) -> Connection:
-        connection = self.engine.connect()
-        if connection.dialect.name == "sqlite":
-            return connection.execution_options(**{SQLITE_IMMEDIATE: True})
-        if connection.dialect.name in ("postgresql", "mysql", "mariadb"):
-            # Row locking excludes concurrent writers: FOR UPDATE locks the user's rows and reads
-            # their latest committed version, PostgreSQL's per-user queue comes first (see
-            # `writer_queue`), and two first writers of a user collide on the primary key
-            # (retried). SERIALIZABLE would only add conflicts between users: PostgreSQL's
-            # predicate locks, InnoDB's shared next-key locks (neighbouring users deadlocked).
-            return connection.execution_options(isolation_level="READ COMMITTED")
-        return connection.execution_options(isolation_level="SERIALIZABLE")
+    def _run(
+        self, user_id: str, what: str, work: Callable[[UnitOfWork], T], should_cancel: CancelCheck
+    ) -> tuple[T, int]:
+        """Run `work` in a unit of work; returns its result and the number of retries.
 
-    def _commit_once(
-        self, user_id: str, request: WriteRequest, should_cancel: CancelCheck
-    ) -> writes.Written:
-        with (
-            self._write_connection() as connection,
-            connection.begin(),
-            writer_queue(connection, user_id),
-        ):
-            # The change and its history row (or the proposal) commit together or not at all.
-            return writes.write(connection, user_id, request, self.limits, should_cancel)
+        Only recognised deadlock/serialization failures (and the first-insert race) are
+        retried, replaying the whole transaction; validation errors and unknown failures are not.
+        A lock or statement timeout is MemoryBusyError: rolled back, not retried.
+        """
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with unit_of_work(
+                    self.engine, user_id, what, before=self.before_lock, observe=self.observe
+                ) as unit:
+                    return work(unit), attempt - 1
+            except Exception as error:
+                retryable = is_retryable(error) or is_unique_violation(error)
+                if retryable and attempt < self.max_attempts and not should_cancel():
+                    self._sleep(self.backoff_seconds * attempt * (0.5 + random.random()))
+                    continue
+                if is_timeout(error) or isinstance(error, WriterLockTimeoutError):
+                    raise MemoryBusyError("the memory write ran out of its time bound") from error
+                raise
 
     def commit_operations(
         self,
@@ -132,38 +145,27 @@ class MemoryService:
         proposal_id: str | None = None,
         may_propose: bool = False,
     ) -> CommitResult:
-        """Apply staged batches to the latest stored snapshot in one transaction that excludes
-        the user's other writers (row locks on the latest committed rows; SERIALIZABLE on SQL
-        Server), recording the change in the history in the same transaction (writes.write).
-
-        Only recognised deadlock/serialization failures (and the first-insert race) are
-        retried, replaying the whole transaction; validation errors and unknown failures are not.
-        A lock or statement timeout is MemoryBusyError: rolled back, not retried.
-        """
+        """Apply staged batches (or an undo, or an accepted proposal) to the latest stored
+        snapshot under the user's writer lock, recording the change in the history in the same
+        transaction (writes.write)."""
         started = time.perf_counter()
         register_operations(batches)  # before any SQL: bound parameters carry this content
         request = WriteRequest(provenance, batches, proposal_id, may_propose)
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                written = self._commit_once(user_id, request, should_cancel)
-            except Exception as error:
-                retryable = is_retryable(error) or is_unique_violation(error)
-                if retryable and attempt < self.max_attempts and not should_cancel():
-                    self._sleep(self.backoff_seconds * attempt * (0.5 + random.random()))
-                    continue
-                if is_timeout(error):
-                    raise MemoryBusyError("the memory commit ran out of its time bound") from error
-                raise
-            return CommitResult(
-                snapshot=written.snapshot,
-                changed=written.changed,
-                retry_count=attempt - 1,
-                duration_ms=(time.perf_counter() - started) * 1000,
-                change_id=written.change_id,
-                proposal_id=written.proposal_id,
-            )
+        what = "proposal" if proposal_id is not None else provenance.source
+        written, retries = self._run(
+            user_id,
+            what,
+            lambda unit: writes.write(unit, request, self.limits, should_cancel),
+            should_cancel,
+        )
+        return CommitResult(
+            snapshot=written.snapshot,
+            changed=written.changed,
+            retry_count=retries,
+            duration_ms=(time.perf_counter() - started) * 1000,
+            change_id=written.change_id,
+            proposal_id=written.proposal_id,
+        )
 
     async def commit_in_worker(
         self,
@@ -198,9 +200,25 @@ class MemoryService:
         )
 
     def forget(self, user_id: str) -> int:
-        """Memory, its history and pending proposals, in one transaction."""
-        with self.engine.connect() as connection, connection.begin():
-            return writes.forget(connection, user_id)
+        """Memory, its history and pending proposals, in one transaction: nothing committed
+        before it returns remains."""
+        return self._run(user_id, "forget", writes.forget, _never)[0]
 
     async def forget_async(self, user_id: str) -> int:
         return await to_thread(self.forget, user_id)
+
+    def reject(self, user_id: str, proposal_id: str) -> bool:
+        """Delete a pending proposal; False when it is not the caller's, or no longer pending
+        (accepted, rejected or expired)."""
+        return self._run(user_id, "reject", lambda unit: writes.reject(unit, proposal_id), _never)[
+            0
+        ]
+
+    async def reject_async(self, user_id: str, proposal_id: str) -> bool:
+        return await to_thread(self.reject, user_id, proposal_id)
+
+    def set_save_mode(self, user_id: str, mode: SaveMode) -> None:
+        self._run(user_id, "save_mode", lambda unit: writes.set_save_mode(unit, mode), _never)
+
+    async def set_save_mode_async(self, user_id: str, mode: SaveMode) -> None:
+        await to_thread(self.set_save_mode, user_id, mode)

@@ -1,7 +1,8 @@
-"""One memory write inside its serializable transaction: resolve what to apply (a batch, the
-inverse of a recorded change, an accepted proposal), apply it to the locked latest snapshot,
-and record it in the history, or, for a turn under `save_mode: ask`, store it as a proposal.
-The caller (MemoryService) owns the transaction, its retries and the writer queue."""
+"""Every write to a user's memory state, each run inside a unit of work (app/memory/unit_of_work.py,
+which holds the user's writer lock): a batch, the inverse of a recorded change or an accepted
+proposal applied to the latest snapshot and recorded in the history (or, for a turn under
+`save_mode: ask`, stored as a proposal); forgetting; rejecting a proposal; the save mode.
+The caller (MemoryService) opens the unit of work and retries it whole."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from app.memory.ledger import replay, replay_changes
 from app.memory.provenance import (
     Batches,
     Provenance,
+    SaveMode,
     entry_strings,
     inverse,
     proposal_strings,
@@ -24,6 +26,7 @@ from app.memory.provenance import (
 )
 from app.memory.repository import CancelCheck, check_cancel
 from app.memory.rules import Change, MemoryValidationError, Snapshot, Target
+from app.memory.unit_of_work import UnitOfWork
 from app.telemetry.sensitive import register_memory, register_operations, register_sensitive
 
 API = Provenance("api")
@@ -87,12 +90,9 @@ def resolve(
 
 
 def write(
-    connection: Connection,
-    user_id: str,
-    request: WriteRequest,
-    limits: WriteLimits,
-    should_cancel: CancelCheck,
+    unit: UnitOfWork, request: WriteRequest, limits: WriteLimits, should_cancel: CancelCheck
 ) -> Written:
+    connection, user_id = unit.connection, unit.user_id
     check_cancel(should_cancel, "before the query")
     current = repository.load_snapshot(connection, user_id, lock=True)
     register_memory(current)
@@ -126,8 +126,10 @@ def write(
     changed, change_id = persist(
         connection, user_id, provenance, current, updated, changes, keep=limits.history
     )
-    if request.proposal_id is not None:
-        proposals.remove(connection, user_id, request.proposal_id)
+    if request.proposal_id is not None and not proposals.remove(
+        connection, user_id, request.proposal_id
+    ):
+        raise MemoryNotFoundError("no such proposal")  # unreachable under the lock; never saved
     check_cancel(should_cancel, "before the transaction ended")
     return Written(updated, tuple(changed), change_id=change_id)
 
@@ -180,9 +182,35 @@ def _in_one_statement(writes: tuple[tuple[Target, repository.DocumentWrite], ...
     return history.ENTRY_INSERT.add_cte(*parts, history.TRIM_BEFORE_INSERT.cte("trimmed"))
 
 
-def forget(connection: Connection, user_id: str) -> int:
+def forget(unit: UnitOfWork) -> int:
     """Memory, its history and pending proposals; the save mode (a preference) stays."""
+    connection, user_id = unit.connection, unit.user_id
     removed = repository.delete_all(connection, user_id)
     history.delete_all(connection, user_id)
     proposals.delete_all(connection, user_id)
     return removed
+
+
+def reject(unit: UnitOfWork, proposal_id: str) -> bool:
+    """Delete a pending proposal; False when it is not the user's, was already accepted or
+    rejected, or has expired (the same 404 either way)."""
+    return proposals.remove(unit.connection, unit.user_id, proposal_id, pending_only=True)
+
+
+def set_save_mode(unit: UnitOfWork, mode: SaveMode) -> None:
+    proposals.set_save_mode(unit.connection, unit.user_id, mode)
+
+
+def probe(unit: UnitOfWork) -> bool:
+    """The readiness probe's writes: insert a document, read it, update it, read it again.
+    Whether both reads saw the writes; the caller rolls the unit of work back."""
+    connection, owner = unit.connection, {"owner_id": unit.user_id}
+    connection.execute(
+        repository.document_statement("memory", "insert"), {**owner, "memory_document": "a"}
+    )
+    first = repository.load_snapshot(connection, unit.user_id)
+    connection.execute(
+        repository.document_statement("memory", "update"), {**owner, "memory_document": "b"}
+    )
+    second = repository.load_snapshot(connection, unit.user_id)
+    return first.memory == ("a",) and second.memory == ("b",)

@@ -11,6 +11,7 @@ from app.agent.events import TurnEvent
 from app.agent.request import TurnRequest, TurnServices
 from app.agent.turn import Turn
 from app.db.schema import agent_memory
+from app.db.writers import maintenance
 from app.memory.service import MemoryService
 from app.runtime import build_runtime
 from tests.support.apps import api_settings
@@ -29,7 +30,7 @@ async def test_cancelling_a_turn_blocked_in_its_commit_commits_nothing(
     task is cancelled. The cancel event reaches the worker, which rolls back once the lock is
     released: the stored memory is unchanged. On PostgreSQL and MariaDB (SQLite has no row
     locks to block on)."""
-    with server_db.begin() as connection:
+    with server_db.begin() as connection, maintenance(connection):
         connection.execute(
             insert(agent_memory).values(user_id="carol", memory_type="user", content=STORED)
         )

@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy import Engine, insert
 
 from app.db.schema import agent_memory
+from app.db.writers import maintenance
 from tests.support.apps import api_settings, memory_rows
 from tests.support.databases import stored
 from tests.support.scripted import ScriptedModel, Text, memory_call, serve_with_model
@@ -76,7 +77,7 @@ def test_rejected_tool_call_commits_nothing(db: Engine, sqlite_url: str) -> None
 
 def test_flag_off_offers_no_tool(db: Engine, sqlite_url: str) -> None:
     """Status disabled: no memory tool in the request, no block in the prompt, memory(none)."""
-    with db.begin() as connection:
+    with db.begin() as connection, maintenance(connection):
         connection.execute(
             insert(agent_memory).values(
                 user_id="alice", memory_type="user", content="The user likes sentinel-off."
@@ -97,7 +98,7 @@ def test_flag_off_offers_no_tool(db: Engine, sqlite_url: str) -> None:
 def test_read_failure_answers_unavailable_and_writes_nothing(db: Engine, sqlite_url: str) -> None:
     """An unreadable row (unknown schema_version): status unavailable, empty block, the tool
     answers 'memory unavailable', and nothing is written for anyone."""
-    with db.begin() as connection:
+    with db.begin() as connection, maintenance(connection):
         connection.execute(
             insert(agent_memory).values(
                 user_id="alice",

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import Engine, insert
 
 from app.db.schema import agent_memory
+from app.db.writers import maintenance
 from app.memory.rules import SEPARATOR, Snapshot
 from app.offline.wire import ChatRequest
 from tests.support.apps import api_settings, memory_rows
@@ -35,7 +36,7 @@ DEADLINE_SECONDS = 15.0
 
 
 def put(engine: Engine, user: str, target: str, *entries: str) -> None:
-    with engine.begin() as connection:
+    with engine.begin() as connection, maintenance(connection):
         connection.execute(
             insert(agent_memory).values(
                 user_id=user, memory_type=target, content=SEPARATOR.join(entries)

@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy import Engine, insert
 
 from app.db.schema import agent_memory
+from app.db.writers import maintenance
 from tests.support.apps import api_settings, memory_rows
 from tests.support.scripted import ScriptedModel, Text, memory_call, serve_with_model
 from tests.support.sse import first, post_chat, without_deltas
@@ -43,7 +44,7 @@ def test_a_wrong_key_is_401(db: Engine, sqlite_url: str, headers: dict[str, str]
 def test_eval_turns_are_memory_free(db: Engine, sqlite_url: str) -> None:
     """No identity, no memory read, no tool offered, status disabled, no conversation stored;
     a bearer token changes nothing; a tool call the model makes anyway writes nothing."""
-    with db.begin() as connection:
+    with db.begin() as connection, maintenance(connection):
         connection.execute(
             insert(agent_memory).values(
                 user_id="alice", memory_type="user", content="The user is sentinel-EVAL-55."

@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
 from app.db.schema import agent_memory
+from app.db.writers import maintenance
 from app.memory.flags import write_flag
 from app.memory.rules import LIMITS, SEPARATOR
 from tests.support.apps import api_settings, app_client, closed_port_url, memory_rows
@@ -219,7 +220,7 @@ def test_flag_off_blocks_writes_but_not_reads_or_deletes(
 def test_unreadable_memory_is_503_and_never_overwritten(client: TestClient, engine: Engine) -> None:
     """A stored row this code cannot interpret makes reads 503 memory_unavailable and writes
     fail without touching it (fail closed)."""
-    with engine.begin() as connection:
+    with engine.begin() as connection, maintenance(connection):
         connection.execute(
             agent_memory.insert().values(
                 user_id="alice", memory_type="user", content="from the future", schema_version=2

@@ -14,6 +14,7 @@ from openai.types.chat import ChatCompletionChunk
 from sqlalchemy import Engine, func, insert, select
 
 from app.db.schema import agent_memory, conversations
+from app.db.writers import maintenance
 from app.main import create_app
 from app.memory.rules import Operation
 from app.memory.service import MemoryService
@@ -184,7 +185,7 @@ def test_an_unreadable_memory_still_answers_and_writes_nothing(engine: Engine, d
     """Memory read fail-open on this route too: an unreadable row leaves the prompt without a
     memory block, the tool answers that nothing can be saved, the client still gets its answer,
     and the row is untouched."""
-    with engine.begin() as connection:
+    with engine.begin() as connection, maintenance(connection):
         connection.execute(
             insert(agent_memory).values(
                 user_id="unreadable",

@@ -25,6 +25,7 @@ from app.db.deadline import DeadlineExceededError, within
 from app.db.engine import SQLITE_IMMEDIATE, DatabaseLimits, build_engine
 from app.db.guard import Fence, WorkAbandonedError, current_fence
 from app.db.schema import agent_memory
+from app.db.writers import maintenance
 from app.memory.rules import Snapshot
 from app.memory.service import MemoryBusyError, MemoryService
 from tests.support.apps import memory_rows
@@ -185,7 +186,7 @@ class HeldWrite:
 
     def run(self) -> None:
         try:
-            with self.engine.begin() as connection:
+            with self.engine.begin() as connection, maintenance(connection):
                 connection.execute(
                     insert(agent_memory).values(
                         user_id=self.user_id, memory_type="user", content="written"

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from app.db.locking import is_retryable, is_unique_violation
+from app.db.writers import maintenance
 from app.memory.rules import MemoryValidationError, Operation
 from app.memory.service import BACKOFF_SECONDS, MAX_ATTEMPTS, MemoryBusyError, MemoryService
 from tests.support.databases import lock_waiters, migrated_engine, wipe
@@ -147,36 +148,22 @@ def test_writers_in_separate_processes_keep_every_fact(db_url: str, engine: Engi
     results.join_thread()
 
 
-def test_first_insert_race_keeps_both_facts(engine: Engine) -> None:
-    """Two first writers for a user with no rows: both facts end up stored. On MariaDB both
-    are made to read the empty state before either inserts (the race really happens and is
-    resolved by the retry); PostgreSQL and SQLite queue writers before they read."""
-    dialect = engine.dialect.name
-    forced = dialect in ("mysql", "mariadb")
-    barrier = threading.Barrier(2)
-    waited: set[int] = set()
-
-    def before(statement: str) -> None:
-        me = threading.get_ident()
-        if forced and is_memory_write(statement) and me not in waited:
-            waited.add(me)
-            barrier.wait(timeout=WAIT_SECONDS)
-
+def test_first_writers_of_a_new_user_queue_on_the_writer_lock(engine: Engine) -> None:
+    """Two first writers for a user with no rows: both facts end up stored, and neither had to
+    retry a first-insert collision: the writer lock covers a user with no rows yet on every
+    dialect (FOR UPDATE alone locks nothing there), so the second reads the first's row."""
     service = MemoryService(engine)
-    with watch(engine, before=before) as log:
-        results = run_threads(
-            [
-                lambda: service.commit_operations("newcomer", add("memory", "Fact from writer A.")),
-                lambda: service.commit_operations("newcomer", add("memory", "Fact from writer B.")),
-            ]
-        )
+    results = run_threads(
+        [
+            lambda: service.commit_operations("newcomer", add("memory", "Fact from writer A.")),
+            lambda: service.commit_operations("newcomer", add("memory", "Fact from writer B.")),
+        ]
+    )
     assert sorted(entries(engine, "newcomer", "memory")) == [
         "Fact from writer A.",
         "Fact from writer B.",
     ]
-    if forced:
-        assert sum(result.retry_count for result in results) >= 1
-        assert log.loads >= 3
+    assert [result.retry_count for result in results] == [0, 0]
 
 
 # -- retries -------------------------------------------------------------------------------
@@ -302,7 +289,8 @@ def open_transaction(engine: Engine, isolation: str | None = None) -> Iterator[C
         connection = connection.execution_options(isolation_level=isolation)
     transaction = connection.begin()
     try:
-        yield connection
+        with maintenance(connection):  # a raw writer of its own, outside the unit of work
+            yield connection
     finally:
         if transaction.is_active:
             transaction.rollback()

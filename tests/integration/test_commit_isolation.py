@@ -16,9 +16,10 @@ import pytest
 from sqlalchemy import Engine, delete, update
 
 from app.db.schema import agent_memory
+from app.db.writers import maintenance
 from app.memory.rules import SEPARATOR, Operation
 from app.memory.service import CommitResult, MemoryService
-from tests.support.databases import lock_waiters
+from tests.support.databases import lock_waiters, writer_lock_statement
 from tests.support.memory_db import add, entries
 from tests.support.waiting import wait_for
 
@@ -51,7 +52,7 @@ class Background:
 
 def locking_read(engine: Engine) -> str:
     """What a commit that waits for another writer is blocked in, per dialect."""
-    return "%pg_advisory_xact_lock%" if engine.dialect.name == "postgresql" else "%FOR UPDATE%"
+    return writer_lock_statement(engine)
 
 
 def test_a_queued_writer_applies_its_change_to_the_previous_writers_commit(
@@ -97,7 +98,7 @@ def test_a_commit_waiting_on_another_writers_row_lock_reads_its_committed_rows(
     service = MemoryService(server_db)
     service.commit_operations("bob", add("memory", "Old fact."))
     key = (agent_memory.c.user_id == "bob") & (agent_memory.c.memory_type == "memory")
-    with server_db.connect() as other:
+    with server_db.connect() as other, maintenance(other):
         with other.begin():
             if change == "update":
                 content = SEPARATOR.join(["Old fact.", "Fact of the other writer."])

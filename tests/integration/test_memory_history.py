@@ -45,8 +45,7 @@ def entries(engine: Engine, user_id: str) -> list[history.HistoryEntry]:
 
 
 def set_mode(engine: Engine, user_id: str, mode: str) -> None:
-    with engine.begin() as connection:
-        proposals.set_save_mode(connection, user_id, mode)  # type: ignore[arg-type]
+    MemoryService(engine).set_save_mode(user_id, mode)  # type: ignore[arg-type]
 
 
 def replace(match: str, content: str) -> list[list[Operation]]:
@@ -234,6 +233,16 @@ def test_proposals_are_bounded_and_expire(engine: Engine) -> None:
     assert gone not in [p.id for p in pending(engine, "alice")]
     with pytest.raises(MemoryNotFoundError):
         service.commit_operations("alice", [], provenance=Provenance("proposal"), proposal_id=gone)
+    # Rejecting an expired proposal is not-found too (the route's 404), and it is gone after;
+    # a pending one is rejected once, and a second reject finds nothing.
+    late = expiring.commit_operations(
+        "alice", add("user", "Also short-lived."), provenance=TURN, may_propose=True
+    ).proposal_id
+    assert late is not None and service.reject("alice", late) is False
+    assert service.reject("bob", ids[2]) is False  # not bob's
+    assert service.reject("alice", ids[2]) is True
+    assert service.reject("alice", ids[2]) is False
+    assert [p.id for p in pending(engine, "alice")] == [ids[1]]
 
 
 def test_forget_removes_history_and_proposals_and_keeps_the_save_mode(engine: Engine) -> None:

@@ -22,6 +22,7 @@ from app.db.migrate import (
     upgrade,
 )
 from app.db.schema import metadata
+from app.db.writers import maintenance
 from tests.support.databases import migrate
 from tests.support.memory_db import insert_row, rows
 
@@ -109,7 +110,7 @@ def test_agent_memory_is_the_design_table(fresh_engine: Engine) -> None:
     }
     assert not any(column["nullable"] for column in columns.values())
     assert columns["user_id"]["type"].length == 128
-    with fresh_engine.begin() as connection:
+    with fresh_engine.begin() as connection, maintenance(connection):
         connection.execute(
             text(
                 "INSERT INTO agent_memory (user_id, memory_type, content) VALUES ('a', 'user', 'x')"
@@ -119,7 +120,7 @@ def test_agent_memory_is_the_design_table(fresh_engine: Engine) -> None:
             text("SELECT schema_version, created_at FROM agent_memory WHERE user_id = 'a'")
         ).one()
     assert version == 1 and created is not None
-    with pytest.raises(DBAPIError), fresh_engine.begin() as connection:
+    with pytest.raises(DBAPIError), fresh_engine.begin() as connection, maintenance(connection):
         connection.execute(
             text(
                 "INSERT INTO agent_memory (user_id, memory_type, content) "

@@ -21,6 +21,7 @@ from sqlalchemy import Engine, func, select, text
 from app.conversations.service import ConversationService
 from app.db.engine import DatabaseLimits, build_engine
 from app.db.schema import agent_memory, conversations
+from app.db.writers import maintenance
 from app.memory.service import MemoryService
 from tests.support.databases import migrated_engine, wipe
 
@@ -56,7 +57,7 @@ def test_the_connection_a_read_used_is_transactional_again(
     one_connection: Engine, read: Callable[[Engine], object]
 ) -> None:
     read(one_connection)
-    with one_connection.connect() as connection:
+    with one_connection.connect() as connection, maintenance(connection):
         assert connection.connection.dbapi_connection.autocommit is False  # type: ignore[union-attr]
         connection.execute(
             agent_memory.insert().values(

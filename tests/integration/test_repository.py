@@ -10,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app.db.locking import is_retryable, is_unique_violation, locked_memory_select
 from app.db.schema import agent_memory
+from app.db.writers import maintenance
 from app.memory.ledger import MemoryLedger, stage_operations
 from app.memory.repository import MemoryUnreadableError
 from app.memory.rules import LIMITS, SEPARATOR, MemoryValidationError, Operation, Snapshot
@@ -213,7 +214,11 @@ def test_duplicate_primary_key_is_recognised_as_the_first_insert_race(engine: En
     """The real unique-violation error of each driver is classified as the first-insert race
     (retried), and it is not mistaken for a deadlock."""
     insert_row(engine, "alice", "user", "first")
-    with pytest.raises(IntegrityError) as caught, engine.begin() as connection:
+    with (
+        pytest.raises(IntegrityError) as caught,
+        engine.begin() as connection,
+        maintenance(connection),
+    ):
         connection.execute(
             insert(agent_memory).values(user_id="alice", memory_type="user", content="second")
         )

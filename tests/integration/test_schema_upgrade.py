@@ -22,6 +22,7 @@ from app.db.migrate import (
     upgrade,
 )
 from app.db.schema import is_search_object, metadata
+from app.db.writers import maintenance
 from app.memory.service import MemoryService
 from tests.support.databases import mariadb_database, migrate
 from tests.support.memory_db import add
@@ -58,7 +59,7 @@ def tables(engine: Engine) -> set[str]:
 
 def seed_previous_release(engine: Engine) -> None:
     """Rows as the release before 0004 wrote them, under its table names."""
-    with engine.begin() as connection:
+    with engine.begin() as connection, maintenance(connection):
         connection.execute(
             text(
                 "INSERT INTO agent_memory (user_id, memory_type, content) "
@@ -222,7 +223,7 @@ def test_rows_the_old_collation_merged_stay_one_row_owned_by_its_stored_spelling
     holding what both wrote, and `ALICE` starts empty."""
     engine = mariadb_fresh
     migrate(engine, PREVIOUS)
-    with engine.begin() as connection:
+    with engine.begin() as connection, maintenance(connection):
         connection.execute(
             text(
                 "INSERT INTO agent_memory (user_id, memory_type, content) "

@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy import Engine, insert
 
 from app.db.schema import agent_memory
+from app.db.writers import maintenance
 from app.main import create_app
 from tests.reliability.models import PairModelTransport, pair_entries, pair_message
 from tests.reliability.support import AppRole, TurnOutcome, app_role, run_turn
@@ -251,7 +252,7 @@ def test_an_unreadable_table_degrades_turns_and_a_failing_write_commits_nothing(
     `memory` row does not: the batch's first write (an UPDATE) succeeds inside the transaction,
     the second (an INSERT) fails, and the whole batch rolls back. GRANT back: turns commit."""
     role = service.role
-    with service.engine.begin() as connection:
+    with service.engine.begin() as connection, maintenance(connection):
         connection.execute(
             insert(agent_memory).values(
                 user_id="locked", memory_type="user", content="The user likes maps."

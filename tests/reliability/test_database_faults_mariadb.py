@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import Engine, insert
 
 from app.db.schema import agent_memory
+from app.db.writers import maintenance
 from app.main import create_app
 from tests.reliability.mariadb_user import ServiceUser, service_user
 from tests.reliability.models import PairModelTransport, pair_entries, pair_message
@@ -256,7 +257,7 @@ def test_an_unreadable_table_degrades_turns_and_a_failing_write_commits_nothing(
     `memory` row does not: the batch's UPDATE succeeds inside the transaction, its INSERT fails,
     and the whole batch rolls back. GRANT back: turns commit."""
     user = service.user
-    with service.engine.begin() as connection:
+    with service.engine.begin() as connection, maintenance(connection):
         connection.execute(
             insert(agent_memory).values(
                 user_id="locked", memory_type="user", content="The user likes maps."

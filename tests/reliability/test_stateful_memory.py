@@ -27,6 +27,7 @@ from hypothesis.stateful import (
 from sqlalchemy import Engine, delete, func, select
 
 from app.db.schema import agent_memory
+from app.db.writers import maintenance
 from app.memory.ledger import MemoryLedger, stage_operations
 from app.memory.repository import CommitCancelledError
 from app.memory.rules import LIMITS, SEPARATOR, MemoryValidationError, Operation, Snapshot
@@ -159,7 +160,7 @@ class MemoryMachine(RuleBasedStateMachine):
         self.stored: State = {"user": [], "memory": []}
 
     def teardown(self) -> None:
-        with self.engine.begin() as connection:
+        with self.engine.begin() as connection, maintenance(connection):
             connection.execute(delete(agent_memory).where(agent_memory.c.user_id == self.user))
 
     # -- operations drawn against what exists now ------------------------------------------

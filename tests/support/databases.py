@@ -17,6 +17,7 @@ from sqlalchemy import Engine, create_engine, text
 from app.db.engine import build_engine
 from app.db.migrate import alembic_config, upgrade
 from app.db.schema import metadata
+from app.db.writers import maintenance
 from app.memory.rules import Snapshot
 from app.memory.service import MemoryService
 
@@ -105,10 +106,16 @@ def lock_waiters(engine: Engine, statement_like: str) -> int:
         return int(connection.execute(text(query), {"like": statement_like}).scalar_one())
 
 
+def writer_lock_statement(engine: Engine) -> str:
+    """A LIKE pattern for the statement a writer waiting for the user's writer lock is in
+    (app/db/writers.py), for `lock_waiters`."""
+    return "%pg_advisory_xact_lock%" if engine.dialect.name == "postgresql" else "%GET_LOCK%"
+
+
 def migrate(engine: Engine, revision: str, *, down: bool = False) -> None:
     """Alembic up (or down) to `revision` on this engine's database, in one transaction."""
     config = alembic_config(engine.url.render_as_string(hide_password=False))
-    with engine.begin() as connection:
+    with engine.begin() as connection, maintenance(connection):
         config.attributes["connection"] = connection
         (command.downgrade if down else command.upgrade)(config, revision)
 
@@ -121,7 +128,7 @@ def migrated_engine(url: str) -> Engine:
 
 def wipe(engine: Engine) -> None:
     """Empty every application table (children first), keeping the schema and its version."""
-    with engine.begin() as connection:
+    with engine.begin() as connection, maintenance(connection):
         for table in reversed(metadata.sorted_tables):
             connection.execute(table.delete())
 

@@ -20,6 +20,7 @@ from sqlalchemy import Engine, event, insert, select
 
 from app.db.engine import build_engine
 from app.db.schema import agent_memory
+from app.db.writers import maintenance
 from app.memory.rules import SEPARATOR, Operation
 from app.memory.service import MemoryService
 
@@ -43,7 +44,7 @@ def entries(engine: Engine, user_id: str, memory_type: str) -> list[str]:
 def insert_row(
     engine: Engine, user_id: str, memory_type: str, content: str, schema_version: int = 1
 ) -> None:
-    with engine.begin() as connection:
+    with engine.begin() as connection, maintenance(connection):
         connection.execute(
             insert(agent_memory).values(
                 user_id=user_id,

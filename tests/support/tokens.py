@@ -30,7 +30,9 @@ def claims(
     sub: str | None = "alice",
     roles: Iterable[str] = (),
     *,
-    ttl: int = 600,
+    # Modules build their headers at import, when the whole suite is collected: a token must
+    # outlive the longest run (CI's 90 minutes), not ten minutes of it.
+    ttl: int = 3 * 3600,
     issuer: str = DEV_ISSUER,
     audience: str = DEV_AUDIENCE,
     **overrides: Any,
