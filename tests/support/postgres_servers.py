@@ -20,6 +20,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from app.db.engine import Pooler
 from tests.support.server import free_port
 from tests.support.waiting import wait_for
 
@@ -81,6 +82,13 @@ def psql(port: int, sql: str, *, database: str = "postgres") -> str:
 
 
 # -- PgBouncer ------------------------------------------------------------------------------
+
+_POOLED_PORTS: set[int] = set()  # the ports of the PgBouncers running now
+
+
+def pooler_for(database_url: str) -> Pooler:
+    """DB_POOLER for a test URL: "transaction" when it leads to one of these PgBouncers."""
+    return "transaction" if make_url(database_url).port in _POOLED_PORTS else "none"
 
 
 @dataclass
@@ -152,11 +160,13 @@ def pgbouncer(upstream_host: str, upstream_port: int, **settings: str) -> Iterat
                 shutil.chown(folder / name, POSTGRES_USER, POSTGRES_USER)
         run(["pgbouncer", "-d", str(bouncer.ini)])
         pidfile = folder / "pgbouncer.pid"
+        _POOLED_PORTS.add(bouncer.port)
         try:
             wait_for(pidfile.exists, "PgBouncer to write its pid file")
             wait_for(lambda: _answers(bouncer), "PgBouncer to answer")
             yield bouncer
         finally:
+            _POOLED_PORTS.discard(bouncer.port)
             if pidfile.exists():
                 pid = int(pidfile.read_text().split()[0])
                 os.kill(pid, 15)
