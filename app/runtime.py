@@ -65,7 +65,11 @@ def build_runtime(
         dev_tokens=dev_tokens,
         # Agents are built lazily on first use; `model_transport` lets tests script the model.
         agents=AgentRegistry(settings, model_transport=model_transport),
-        conversations=ConversationService(engine, search_config=settings.search_postgres_config),
+        conversations=ConversationService(
+            engine,
+            search_config=settings.search_postgres_config,
+            durable=settings.transcript_commit == "durable",
+        ),
         control=MemoryControl(engine),
     )
 

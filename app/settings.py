@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     db_lock_timeout_seconds: float = Field(default=5.0, ge=1, le=3600)
     db_operation_timeout_seconds: float = Field(default=30.0, ge=1, le=7200)
     readiness_timeout_seconds: float = Field(default=3.0, ge=0.1, le=60)
+    # What stands between the service and PostgreSQL: "transaction" behind a transaction-mode
+    # pooler such as PgBouncer (docs/operations-deployment.md).
+    db_pooler: Literal["none", "transaction"] = "none"
 
     # Identity
     auth_mode: Literal["dev", "oidc"] = "dev"
@@ -90,6 +93,11 @@ class Settings(BaseSettings):
     # Conversation search (docs/conversation-search.md)
     search_timeout_seconds: float = Field(default=2.0, ge=0.05, le=60)
     search_postgres_config: str = Field(default="simple", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+
+    # Transcripts: "durable" commits wait for the WAL flush (and a synchronous standby) like
+    # memory commits; "async" does not (PostgreSQL only; docs/operations-deployment.md has its
+    # loss window).
+    transcript_commit: Literal["durable", "async"] = "durable"
 
     # Telemetry
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"

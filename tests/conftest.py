@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import Engine
 
 from tests.support.databases import mariadb_database, migrated_engine, postgres_database, wipe
+from tests.support.postgres_servers import pgbouncer
 
 
 @pytest.fixture(autouse=True)
@@ -39,6 +40,14 @@ def postgres_url() -> Iterator[str]:
     with postgres_database() as url:
         migrated_engine(url).dispose()
         yield url
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_url(postgres_url: str) -> Iterator[str]:
+    """The session's PostgreSQL database through a PgBouncer in transaction mode (Debian's
+    defaults otherwise); engines on it take DB_POOLER=transaction (`pooler_for`)."""
+    with pgbouncer("127.0.0.1", 5432) as bouncer:
+        yield bouncer.url_for(postgres_url)
 
 
 @pytest.fixture(scope="session")

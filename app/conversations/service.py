@@ -56,9 +56,12 @@ class SearchResult:
 
 
 class ConversationService:
-    def __init__(self, engine: Engine, *, search_config: str = "simple") -> None:
+    def __init__(
+        self, engine: Engine, *, search_config: str = "simple", durable: bool = True
+    ) -> None:
         self.engine = engine
         self.search_config = search_config  # PostgreSQL's text search configuration
+        self.durable = durable  # TRANSCRIPT_COMMIT
 
     # -- reads and deletes for the owner (errors propagate: the routes answer them) ------------
 
@@ -152,19 +155,22 @@ class ConversationService:
 
     @contextlib.contextmanager
     def _transcript_write(self) -> Iterator[Connection]:
-        """One transcript transaction. On PostgreSQL it commits without waiting for its WAL
-        flush (`synchronous_commit = off`, this transaction only): the turn's two transcript
-        commits stand between the request and its first text and `done`. A server crash can
-        lose the last fraction of a second of transcript rows, never corrupt them, as
-        SQLite's `synchronous=NORMAL` can on a power loss; memory commits still wait for
-        theirs.
+        """One transcript transaction. By default it commits durably, as memory commits do: a
+        turn whose `done` a client received keeps its transcript across a server crash or a
+        failover to a synchronous standby (the history names turns, so a lost answer would
+        leave it pointing at nothing).
 
-        The setting travels with the COMMIT, in one simple query (one round trip fewer than a
-        statement of its own); the engine's commit then finds the transaction ended and sends
-        nothing. Only a transaction whose statements all succeeded gets there."""
+        With TRANSCRIPT_COMMIT=async, on PostgreSQL it commits without waiting for its WAL
+        flush or standby (`synchronous_commit = off`, this transaction only): the turn's two
+        transcript commits stand between the request and its first text and `done`. A crash
+        or failover can then lose the last transcript rows (up to three times the server's
+        `wal_writer_delay`, 0.6 s by default), never corrupt them. The setting travels with
+        the COMMIT, in one simple query (one round trip fewer than a statement of its own);
+        the engine's commit then finds the transaction ended and sends nothing. Only a
+        transaction whose statements all succeeded gets there."""
         with self.engine.begin() as connection:
             yield connection
-            if connection.dialect.name == "postgresql":
+            if connection.dialect.name == "postgresql" and not self.durable:
                 connection.exec_driver_sql("SET LOCAL synchronous_commit TO OFF; COMMIT")
 
     def _create(self, user_id: str, turn_id: str, first_message: str) -> str:

@@ -1,7 +1,9 @@
 """Engine construction per dialect: bounded waits everywhere (connect, pool checkout, statements,
-locks, and a client-side lease), SQLite WAL and up-front write locks on request.
+locks, and a client-side lease), SQLite WAL and up-front write locks on request, and PostgreSQL
+behind a transaction-mode pooler (PgBouncer) with the same bounds.
 
-docs/operations-timeouts.md explains each bound, per dialect, as an operator sees it.
+docs/operations-timeouts.md explains each bound, per dialect, as an operator sees it;
+docs/operations-deployment.md the pooler and failover setups.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -22,14 +24,26 @@ if TYPE_CHECKING:
 
 # Execution option a caller sets on a SQLite connection to take the write lock at BEGIN.
 SQLITE_IMMEDIATE = "sqlite_immediate"
+# Engine-wide execution option: what stands between the service and PostgreSQL (DB_POOLER).
+POOLER = "app_pooler"
+
+# "none": the service's connections are server sessions of their own (directly, or through a
+# session-mode pooler). "transaction": each transaction may run on another server session
+# (PgBouncer pool_mode=transaction, and the poolers of hosted PostgreSQL offerings), so nothing
+# may be left on a session: no startup options, no prepared statements, no autocommit reads.
+Pooler = Literal["none", "transaction"]
 
 
 def one_statement_read(connection: Connection) -> None:
     """A read that is one SELECT, run in autocommit on PostgreSQL: the statement's own snapshot
     (as a transaction of one statement in READ COMMITTED) without psycopg's BEGIN and ROLLBACK,
     two round trips. Only there: psycopg switches autocommit without a round trip, pymysql
-    sends one each way. The pool gives the next holder a transactional connection again."""
-    if connection.dialect.name == "postgresql":
+    sends one each way. The pool gives the next holder a transactional connection again.
+
+    Not behind a transaction pooler: there the statement and lock bounds are set per
+    transaction (`SET LOCAL`), and a statement outside any transaction would run unbounded."""
+    pooled = connection.get_execution_options().get(POOLER, "none") == "transaction"
+    if connection.dialect.name == "postgresql" and not pooled:
         connection.execution_options(isolation_level="AUTOCOMMIT")
 
 
@@ -48,6 +62,9 @@ class DatabaseLimits:
     statement_timeout_seconds: float | None = 15.0
     lock_timeout_seconds: float = 5.0
     operation_timeout_seconds: float | None = 30.0
+    # How the statement and lock bounds reach PostgreSQL (see `Pooler`); the other dialects
+    # ignore it.
+    pooler: Pooler = "none"
 
     @property
     def connections(self) -> int:
@@ -64,6 +81,7 @@ def database_limits(settings: Settings) -> DatabaseLimits:
         statement_timeout_seconds=settings.db_statement_timeout_seconds,
         lock_timeout_seconds=settings.db_lock_timeout_seconds,
         operation_timeout_seconds=settings.db_operation_timeout_seconds,
+        pooler=settings.db_pooler,
     )
 
 
@@ -85,6 +103,12 @@ def connect_args(url: URL, limits: DatabaseLimits) -> dict[str, Any]:
     """Driver arguments that bound connecting and, where the server allows it at connect time,
     every statement and lock wait of the session."""
     backend = url.get_backend_name()
+    if backend == "postgresql" and limits.pooler == "transaction":
+        # A transaction pooler refuses startup options (PgBouncer: "unsupported startup
+        # parameter") or drops them, and prepared statements would live on a server session
+        # that the next transaction may not get ("prepared statement _pg3_2 does not exist").
+        # The bounds are set per transaction instead (`_bound_transactions`).
+        return {"connect_timeout": limits.connect_timeout_seconds, "prepare_threshold": None}
     if backend == "postgresql":
         # Startup options: they hold for the whole session, before any statement runs. A
         # transaction whose client went silent is ended by the server after the client-side
@@ -131,14 +155,32 @@ def session_statements(backend: str, limits: DatabaseLimits, *, mariadb: bool) -
         return [f"SET LOCK_TIMEOUT {_ms(limits.lock_timeout_seconds)}"]
     if backend == "sqlite":
         return [f"PRAGMA busy_timeout={_ms(limits.lock_timeout_seconds)}"]
-    return []  # PostgreSQL: the startup options already hold
+    return []  # PostgreSQL: the startup options already hold (or, pooled, `SET LOCAL`)
+
+
+def transaction_bounds(limits: DatabaseLimits) -> str:
+    """PostgreSQL's bounds for one transaction, as one statement (`set_config(..., true)` is
+    `SET LOCAL`): they end with the transaction, so a pooler's next client never sees them."""
+    bounds = [("lock_timeout", _ms(limits.lock_timeout_seconds))]
+    if limits.statement_timeout_seconds is not None:
+        bounds.append(("statement_timeout", _ms(limits.statement_timeout_seconds)))
+    if limits.operation_timeout_seconds is not None:
+        bounds.append(
+            ("idle_in_transaction_session_timeout", _ms(limits.operation_timeout_seconds))
+        )
+    calls = ", ".join(f"set_config('{name}', '{value}ms', true)" for name, value in bounds)
+    return f"SELECT {calls}"
 
 
 def build_engine(url: str, limits: DatabaseLimits | None = None, *, echo: bool = False) -> Engine:
     limits = limits or DatabaseLimits()
     parsed = make_url(url)
     backend = parsed.get_backend_name()
-    kwargs: dict[str, Any] = {"echo": echo, "connect_args": connect_args(parsed, limits)}
+    kwargs: dict[str, Any] = {
+        "echo": echo,
+        "connect_args": connect_args(parsed, limits),
+        "execution_options": {POOLER: limits.pooler},
+    }
     pooled = True
     if backend == "sqlite":
         database = parsed.database or ""
@@ -157,6 +199,8 @@ def build_engine(url: str, limits: DatabaseLimits | None = None, *, echo: bool =
         )
     engine = create_engine(parsed, **kwargs)
     _bound_sessions(engine, limits)
+    if backend == "postgresql" and limits.pooler == "transaction":
+        _bound_transactions(engine, limits)
     if backend == "sqlite":
         _configure_sqlite(engine)
     guard.install(engine, lease_seconds=limits.operation_timeout_seconds)
@@ -181,6 +225,23 @@ def _bound_sessions(engine: Engine, limits: DatabaseLimits) -> None:
                 cursor.execute(statement)
         finally:
             cursor.close()
+
+
+def _bound_transactions(engine: Engine, limits: DatabaseLimits) -> None:
+    """Behind a transaction pooler: every transaction starts by setting its own bounds.
+
+    psycopg sends its BEGIN as a round trip of its own before the first statement, so this
+    costs one more round trip per transaction (docs/operations-deployment.md has the
+    figures; sending it in one psycopg pipeline with the BEGIN measured slower still)."""
+    bounds = transaction_bounds(limits)
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        if connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+            return  # no transaction to bound (only explicit callers ask for it)
+        # Through the connection (not the driver's cursor): a failure here is wrapped, and a
+        # disconnect invalidates the pool, as for any statement.
+        connection.exec_driver_sql(bounds)
 
 
 def _server_info(dbapi_connection: Any) -> str:

@@ -33,7 +33,7 @@ from contextvars import ContextVar
 from typing import Any, Protocol
 
 from sqlalchemy import Engine, event
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import InvalidatePoolError
 
 LEASE_KEY = "app.guard.lease"
 FRESH_KEY = "app.guard.fresh"
@@ -279,8 +279,11 @@ def install(engine: Engine, *, lease_seconds: float | None) -> Watchdog:
         except dialect.loaded_dbapi.Error as error:
             _end_lease(record)
             if dialect.is_disconnect(error, dbapi_connection, None):
-                # The pool discards this connection and checks out a fresh one.
-                raise DisconnectionError("the pooled connection failed its ping") from error
+                # The pool discards this connection and every other one opened before now,
+                # then opens a fresh one: after a failover (or a server restart) all the
+                # pooled connections lead to the old server, and a checkout that found one
+                # dead should not leave the next checkouts to find the others one by one.
+                raise InvalidatePoolError("the pooled connection failed its ping") from error
             raise
 
     @event.listens_for(engine, "before_cursor_execute")

@@ -1,4 +1,5 @@
-"""Every database wait is bounded, on SQLite, PostgreSQL and MariaDB: sessions carry the
+"""Every database wait is bounded, on SQLite, PostgreSQL (directly and through PgBouncer in
+transaction mode, where the bounds are set per transaction) and MariaDB: sessions carry the
 configured statement and lock timeouts, a pool checkout waits at most its timeout, a connection
 held past its lease is broken, a lock held
 by another session fails a commit clearly, and work abandoned at a deadline never commits.
@@ -15,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 from sqlalchemy import Engine, insert, select, text
@@ -30,6 +32,7 @@ from app.memory.rules import Snapshot
 from app.memory.service import MemoryBusyError, MemoryService
 from tests.support.apps import memory_rows
 from tests.support.memory_db import add
+from tests.support.postgres_servers import pooler_for
 from tests.support.waiting import await_for
 
 # A wait that these tests cut short; anything near it means the bound did not hold.
@@ -37,9 +40,29 @@ UNBOUNDED_SECONDS = 60
 BOUND_SECONDS = 20  # well above every configured bound below, well below UNBOUNDED_SECONDS
 
 
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("pgbouncer", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
+def db_url(request: pytest.FixtureRequest) -> str:
+    """The suite's databases, and PostgreSQL through PgBouncer in transaction mode."""
+    return str(request.getfixturevalue(f"{request.param}_url"))
+
+
+@pytest.fixture(
+    params=["postgres", pytest.param("pgbouncer", marks=pytest.mark.postgres)],
+)
+def pg_url(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue(f"{request.param}_url"))
+
+
 @contextmanager
 def bounded_engine(db_url: str, limits: DatabaseLimits) -> Iterator[Engine]:
-    engine = build_engine(db_url, limits)
+    engine = build_engine(db_url, replace(limits, pooler=pooler_for(db_url)))
     try:
         yield engine
     finally:
@@ -151,11 +174,11 @@ def test_a_commit_behind_a_held_lock_fails_clearly_and_writes_nothing(
 
 
 @pytest.mark.postgres
-def test_the_writer_queue_is_bounded_by_the_lock_timeout(pg: Engine, postgres_url: str) -> None:
+def test_the_writer_queue_is_bounded_by_the_lock_timeout(pg: Engine, pg_url: str) -> None:
     """PostgreSQL queues one user's writers on an advisory lock before their transaction: a
     writer queued behind a session that keeps that lock fails with MemoryBusyError after
     DB_LOCK_TIMEOUT_SECONDS (lock_timeout applies to advisory locks) and writes nothing."""
-    with bounded_engine(postgres_url, DatabaseLimits(lock_timeout_seconds=1)) as bounded:
+    with bounded_engine(pg_url, DatabaseLimits(lock_timeout_seconds=1)) as bounded:
         holder = pg.connect()
         try:
             holder.execute(text("SELECT pg_advisory_lock(hashtextextended('erin', 0))"))

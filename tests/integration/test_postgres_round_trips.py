@@ -1,7 +1,7 @@
 """What saving PostgreSQL round trips must not cost: a turn's memory read and a search run in
-autocommit and a transcript write sends `synchronous_commit = off` with its COMMIT, on
-connections that the pool hands on to memory commits. A pool of one connection makes every step
-reuse the same one.
+autocommit and a transcript write (with TRANSCRIPT_COMMIT=async) sends `synchronous_commit = off`
+with its COMMIT, on connections that the pool hands on to memory commits. A pool of one
+connection makes every step reuse the same one.
 
 - the connection a memory read or a search used is transactional again for the next holder (a
   rolled-back write leaves nothing);
@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Callable, Iterator
 
 import pytest
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, event, func, select, text
 
 from app.conversations.service import ConversationService
 from app.db.engine import DatabaseLimits, build_engine
@@ -76,7 +76,7 @@ def test_a_transcript_write_commits_and_leaves_the_session_durable(
     with one_connection.connect() as connection:
         default = connection.exec_driver_sql("SHOW synchronous_commit").scalar_one()
     assert default != "off"  # the server's own setting: what memory commits wait for
-    service = ConversationService(one_connection)
+    service = ConversationService(one_connection, durable=False)
     conversation = asyncio.run(service.create("writer", TURN, "first message"))
     assert conversation is not None
     assert asyncio.run(service.append(conversation, TURN, "assistant", "an answer"))
@@ -93,7 +93,7 @@ def test_a_transcript_write_commits_and_leaves_the_session_durable(
 
 
 def test_a_failed_transcript_write_commits_none_of_its_rows(one_connection: Engine) -> None:
-    service = ConversationService(one_connection)
+    service = ConversationService(one_connection, durable=False)
     with pytest.raises(RuntimeError), service._transcript_write() as connection:
         connection.execute(
             text(
@@ -113,7 +113,10 @@ def test_searches_are_never_prepared_and_other_statements_still_are(
     """A search is planned for its own words and owner each time (PostgreSQL's generic plan of
     a prepared search reads the owner's messages one conversation at a time); the connection
     goes on preparing the statements it repeats otherwise."""
-    service, memory = ConversationService(one_connection), MemoryService(one_connection)
+    service, memory = (
+        ConversationService(one_connection, durable=False),
+        MemoryService(one_connection),
+    )
     for _ in range(12):
         asyncio.run(service.search("reader", "word", 5))
         memory.read("reader")
@@ -122,3 +125,25 @@ def test_searches_are_never_prepared_and_other_statements_still_are(
         statements = [str(row[0]) for row in prepared]
     assert not [statement for statement in statements if "search_vector" in statement]
     assert [statement for statement in statements if "agent_memory" in statement]
+
+
+def test_transcript_writes_are_durable_unless_async_is_asked_for(one_connection: Engine) -> None:
+    """TRANSCRIPT_COMMIT's default (durable) never turns `synchronous_commit` off: a turn whose
+    `done` was received keeps its transcript across a crash or a failover to a synchronous
+    standby. Only the opt-in async mode sends it."""
+    sent: list[str] = []
+
+    def record(*args: object) -> None:
+        sent.append(str(args[2]))
+
+    event.listen(one_connection, "before_cursor_execute", record)
+    try:
+        for service, expected in (
+            (ConversationService(one_connection), False),
+            (ConversationService(one_connection, durable=False), True),
+        ):
+            sent.clear()
+            assert asyncio.run(service.create("durable", TURN, "a message")) is not None
+            assert any("synchronous_commit" in statement for statement in sent) is expected
+    finally:
+        event.remove(one_connection, "before_cursor_execute", record)

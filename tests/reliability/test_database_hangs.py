@@ -36,6 +36,7 @@ from tests.reliability.models import Gates, PairModelTransport, pair_entries, pa
 from tests.reliability.support import TurnOutcome, record
 from tests.support.apps import api_settings
 from tests.support.databases import mariadb_database, migrated_engine, postgres_database, stored
+from tests.support.postgres_servers import pgbouncer, pooler_for
 from tests.support.proxy import FreezableProxy, freezable_proxy
 from tests.support.server import live_server
 from tests.support.sse import aiter_events
@@ -79,31 +80,48 @@ class Hung:
 
 @contextmanager
 def _database(backend: str) -> Iterator[str]:
-    with (postgres_database if backend == "postgres" else mariadb_database)() as url:
+    with (mariadb_database if backend == "mariadb" else postgres_database)() as url:
         yield url
+
+
+@contextmanager
+def _service_url(backend: str, proxy: FreezableProxy, database_url: str) -> Iterator[str]:
+    """How the service reaches the database: through the proxy, or through a PgBouncer in
+    transaction mode in front of the proxy (a database that hangs behind the pooler)."""
+    if backend != "pgbouncer":
+        yield proxy.url_for(database_url)
+        return
+    with pgbouncer("127.0.0.1", proxy.port) as bouncer:
+        yield bouncer.url_for(database_url)
 
 
 @pytest.fixture(
     scope="module",
     params=[
         pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("pgbouncer", marks=pytest.mark.postgres),
         pytest.param("mariadb", marks=pytest.mark.mariadb),
     ],
 )
 def hung(request: pytest.FixtureRequest) -> Iterator[Hung]:
     backend = str(request.param)
     gates = Gates()
-    with _database(backend) as database_url, freezable_proxy(database_url) as proxy:
+    with (
+        _database(backend) as database_url,
+        freezable_proxy(database_url) as proxy,
+        _service_url(backend, proxy, database_url) as service_url,
+    ):
         engine = migrated_engine(database_url)
         common: dict[str, Any] = {
+            "db_pooler": pooler_for(service_url),
             "log_level": "ERROR",
             "turn_timeout_seconds": 60,
             "memory_read_timeout_seconds": DEADLINE,
             "flag_read_timeout_seconds": DEADLINE,
             "readiness_timeout_seconds": READINESS,
         }
-        slow = api_settings(proxy.url_for(database_url), **common, **SLOW)
-        short = api_settings(proxy.url_for(database_url), **common, **SHORT)
+        slow = api_settings(service_url, **common, **SLOW)
+        short = api_settings(service_url, **common, **SHORT)
         with (
             live_server(create_app(slow, model_transport=PairModelTransport(gates=gates))) as url,
             live_server(

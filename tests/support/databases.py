@@ -14,12 +14,13 @@ from contextlib import contextmanager
 from alembic import command
 from sqlalchemy import Engine, create_engine, text
 
-from app.db.engine import build_engine
+from app.db.engine import DatabaseLimits, build_engine
 from app.db.migrate import alembic_config, upgrade
 from app.db.schema import metadata
 from app.db.writers import maintenance
 from app.memory.rules import Snapshot
 from app.memory.service import MemoryService
+from tests.support.postgres_servers import pooler_for
 
 PG_ADMIN_URL = os.environ.get(
     "TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -121,7 +122,7 @@ def migrate(engine: Engine, revision: str, *, down: bool = False) -> None:
 
 
 def migrated_engine(url: str) -> Engine:
-    engine = build_engine(url)
+    engine = build_engine(url, DatabaseLimits(pooler=pooler_for(url)))
     upgrade(engine)
     return engine
 
