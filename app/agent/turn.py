@@ -34,6 +34,12 @@ tracer = trace.get_tracer(__name__)
 
 Emit = Callable[[TurnEvent], None]
 
+TRANSCRIPT_FAILED = "transcript_unavailable"
+TRANSCRIPT_FAILED_MESSAGE = (
+    "The answer could not be stored in the conversation; try again. Memory is as the memory "
+    "event reported."
+)
+
 
 class Turn:
     """One turn. Build it, then `await run(emit)` (or iterate `streaming.stream_turn`)."""
@@ -46,7 +52,7 @@ class Turn:
         self.cancel_event = CancelFlag()
         self.context: TurnContext | None = None
         self.commit_point = CommitPoint(services)
-        self._transcript: asyncio.Future[None] | None = None
+        self._transcript: asyncio.Future[bool] | None = None
 
     @property
     def settled(self) -> Settled | None:
@@ -134,7 +140,11 @@ class Turn:
         if not settled.reported:
             settled.reported = True
             emit(settled.event)
-        await self._end_transcript(progress.answer, "complete")
+        if not await self._end_transcript(progress.answer, "complete"):
+            # `done` promises that the conversation holds the whole turn (a failover can lose
+            # the write): say so instead. The memory event above stands as it was reported.
+            emit(ErrorEvent(TRANSCRIPT_FAILED, TRANSCRIPT_FAILED_MESSAGE))
+            return TRANSCRIPT_FAILED
         emit(DoneEvent(settled.finish, progress.usage))
         return settled.finish
 
@@ -142,15 +152,20 @@ class Turn:
         if self.context is not None:
             self.context.ledger = None
 
-    async def _end_transcript(self, content: str, status: MessageStatus) -> None:
+    async def _end_transcript(self, content: str, status: MessageStatus) -> bool:
         """The turn's one assistant row. It is written once: a second call (a cancellation
-        arriving while the first write runs) waits for the same write."""
+        arriving while the first write runs) waits for the same write. False when a turn that
+        has a conversation could not store it."""
         if self._transcript is None:
             self._transcript = asyncio.ensure_future(self._store_answer(content, status))
-        await finish_even_if_cancelled(self._transcript)
+        return await finish_even_if_cancelled(self._transcript)
 
-    async def _store_answer(self, content: str, status: MessageStatus) -> None:
+    async def _store_answer(self, content: str, status: MessageStatus) -> bool:
         conversations, ctx = self.services.conversations, self.context
         if ctx is None or conversations is None or not self.request.store_transcript:
-            return
-        await conversations.append(ctx.conversation_id, ctx.turn_id, "assistant", content, status)
+            return True
+        if ctx.conversation_id is None:  # the start could not store one: `start` said so
+            return True
+        return await conversations.append(
+            ctx.conversation_id, ctx.turn_id, "assistant", content, status
+        )

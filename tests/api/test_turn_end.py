@@ -458,3 +458,37 @@ def test_a_flag_unreadable_at_the_commit_point_discards_what_was_staged(
     assert names(events)[-1] == "done"
     assert memory_rows(engine, user) == 0
     model.assert_done()
+
+
+@pytest.mark.parametrize("delete_it", [False, True], ids=["control", "conversation_deleted"])
+def test_a_turn_whose_answer_cannot_be_stored_ends_with_an_error_not_done(
+    engine: Engine, db_url: str, delete_it: bool
+) -> None:
+    """`done` promises the conversation holds the turn. The model's answer is held; meanwhile
+    the conversation is deleted, so the answer row cannot be stored: the turn reports its
+    memory commit as it happened, then ends with `error` `transcript_unavailable`, never
+    `done`. The control (nothing deleted) ends with `done`."""
+    gates = Gates()
+    user = user_id()
+    model = ScriptedModel([memory_call(FACT), HeldText(ANSWER, gates, "answer")])
+    with server(db_url, model) as (url, _runtime):
+
+        def stop(event: Event) -> bool:
+            if event.event == "start":
+                if delete_it:
+                    conversation = event.data["conversation_id"]
+                    response = httpx.delete(
+                        f"{url}/v1/conversations/{conversation}", headers=dev_auth(user)
+                    )
+                    assert response.status_code == 204, response.text
+                gates.release("answer")
+            return False
+
+        events = read_until(url, user, {"message": "Short answers, please."}, stop)
+    assert first(events, "memory").data["outcome"] == "committed"
+    if delete_it:
+        assert names(events)[-1] == "error"
+        assert events[-1].data["code"] == "transcript_unavailable"
+    else:
+        assert names(events)[-1] == "done"
+    assert stored(engine, user).user == ("The user prefers short answers.",)
