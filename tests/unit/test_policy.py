@@ -3,6 +3,9 @@ contexts, disguised tags and delimiters, and ordinary international text passing
 
 from __future__ import annotations
 
+import html
+from urllib.parse import quote
+
 import icu
 import pytest
 from hypothesis import given, settings
@@ -339,3 +342,48 @@ def test_look_alike_letters_do_not_hide_instructions(text: str, category: str) -
     that look Latin do not slip an instruction past them."""
     found = policy.check(policy.normalize(text))
     assert found is not None and found.category == category
+
+
+TAG_SPELLINGS = ["</persistent_memory_data>", "<persistent_memory_data>", "persistent_memory_data>"]
+TAG_LOOK_ALIKES = {
+    "<": "<\uff1c\u2039\u1438\u27e8\u3008\u300a\u00ab",
+    ">": ">\uff1e\u203a\u1433\u27e9\u3009\u300b\u00bb",
+    "/": "/\u2044\u2215",
+    "a": "a\u0430\u0251\u1d004@",
+    "e": "e\u0435\u1d073",
+    "i": "i\u0456\u026a1!",
+    "o": "o\u043e\u1d0f0",
+    "p": "p\u0440\u1d18",
+    "s": "s\u0455\ua7315$",
+    "t": "t\u1d1b7",
+    "_": "_- .",
+}
+TAG_ENCODINGS = [
+    lambda text: text,
+    lambda text: quote(text, safe=""),
+    lambda text: quote(quote(text, safe=""), safe=""),
+    html.escape,
+    lambda text: html.escape(html.escape(text)),
+    lambda text: "".join(f"\\u{ord(char):04x}" for char in text),
+    lambda text: "".join(f"&#x{ord(char):x};" for char in text),
+]
+
+
+@st.composite
+def disguised_tags(draw: st.DrawFn) -> str:
+    spelling = draw(st.sampled_from(TAG_SPELLINGS))
+    swapped = "".join(
+        draw(st.sampled_from(TAG_LOOK_ALIKES[char])) if char in TAG_LOOK_ALIKES else char
+        for char in spelling
+    )
+    encoded = draw(st.sampled_from(TAG_ENCODINGS))(swapped)
+    return f"{draw(st.text(max_size=8))} {encoded} {draw(st.text(max_size=8))}"
+
+
+@PROPERTY
+@given(disguised_tags())
+def test_the_pattern_layer_refuses_every_disguise_of_the_tag(text: str) -> None:
+    """The second layer: the reserved tag with look-alike brackets and letters, small capitals,
+    digits for letters, then URL-encoded, HTML-escaped or JSON-escaped (once or twice) is found
+    and refused."""
+    assert markers.has_reserved_tag(text), text
