@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from app.memory import render
 from app.memory.render import (
     BLOCKED_PLACEHOLDER,
     BlockTags,
@@ -172,3 +175,34 @@ def test_block_tags_take_only_a_full_nonce(nonce: str) -> None:
     before it can shape the prompt."""
     with pytest.raises(ValueError, match="nonce"):
         BlockTags(nonce)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    user=st.lists(st.text(st.characters(codec="utf-8"), max_size=60), max_size=4),
+    memory=st.lists(st.text(st.characters(codec="utf-8"), max_size=60), max_size=4),
+    nonce=st.text(alphabet="0123456789abcdef", min_size=32, max_size=32),
+)
+def test_no_entry_changes_the_block_structure(
+    user: list[str], memory: list[str], nonce: str
+) -> None:
+    """With the pattern layer off (every entry shown), any text, including every line break,
+    quote, bracket and invisible character, renders as exactly one line per entry that decodes
+    back to it, and the closing tag occurs once, as the last line."""
+    tags = BlockTags(nonce)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(render, "is_withheld", lambda entry: not entry)
+        block = render_block(Snapshot(user=tuple(user), memory=tuple(memory)), tags)
+    lines = block.split("\n")
+    assert lines[0] == tags.open and lines[-1] == tags.close
+    assert "\n".join(lines).count(tags.close) == 1
+    user_lines = lines[2 : 2 + len(user)]
+    memory_lines = lines[4 + len(user) : -1]
+    for rendered, entries in ((user_lines, user), (memory_lines, memory)):
+        assert len(rendered) == len(entries)
+        for line, entry in zip(rendered, entries, strict=True):
+            if not entry:
+                assert line == BLOCKED_PLACEHOLDER
+                continue
+            assert line[0] == line[-1] == '"' and json.loads(line) == entry
+            assert not set(line) & set("<>[]\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
