@@ -105,8 +105,8 @@ def render_section(snapshot: Snapshot, target: Target) -> str:
 
 
 def render_block(snapshot: Snapshot, tags: BlockTags) -> str:
-    """The complete memory block: the design's headings with usage, one string literal per
-    entry, a blank line between stores, inside this turn's tags (docs/threat-model.md)."""
+    """The complete memory block: headings with usage as in docs/design.md, one string literal
+    per entry, a blank line between stores, inside this turn's tags (docs/threat-model.md)."""
     sections = "\n\n".join(render_section(snapshot, target) for target in ("user", "memory"))
     return f"{tags.open}\n{sections}\n{tags.close}"
 
