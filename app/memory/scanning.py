@@ -131,7 +131,7 @@ def scan(text: str) -> Threat | None:
     flat = _JOINTS.sub(" ", folded)
     for category, rules in _RULES:
         for pattern, reason in rules:
-            if pattern.search(folded) or pattern.search(flat):
+            if pattern.search(folded) or (flat != folded and pattern.search(flat)):
                 return Threat(category, reason)
     secret = secrets.find_secret(_NFKC.normalize(text))
     if secret is not None:

@@ -1,11 +1,14 @@
 """Secrets in memory entries: keys and tokens in the common formats, credentials in
-assignments, and passwords, PINs and passphrases stated in prose.
+assignments, URLs and prose, passwords, PINs and passphrases, payment card numbers and IBANs.
 
 Key formats come from detect-secrets' plugins, a maintained catalogue (AWS, GitHub, GitLab,
 OpenAI, Slack, Stripe, JWTs, private keys, URLs with a password, ...). Only their pure
 `analyze_string` is called: `analyze_line` consults detect-secrets' global settings and can
-verify a candidate over the network. The few formats the catalogue lacks, and credentials
-written as prose ("the user's password is hunter22"), have short patterns here.
+verify a candidate over the network. Its keyword plugin also reads assignments, with the rules
+it applies to configuration files (`DB_PASSWORD=…`). The formats the catalogue lacks (the
+providers in `PROVIDER_KEYS`), names it does not list (`GITHUB_TOKEN=…`), and credentials
+written as prose ("the user's password is hunter22") have short patterns here. Card numbers
+(Luhn) and IBANs (mod 97-10 and country formats) are checked by python-stdnum.
 
 A key split by spaces ("AKIA IOSF ODNN 7EXA MPLE") is caught by also scanning each run of
 key-like chunks joined together; invisible characters are refused before this module runs.
@@ -86,52 +89,59 @@ _GAPS = [
 ]
 _GAP_PATTERNS = [re.compile(pattern, _FLAGS) for pattern in _GAPS]
 # Providers detect-secrets 1.5 has no plugin for, by their documented key prefixes. Case
-# matters here: the prefixes are exact.
-PROVIDER_KEYS = {
-    "Groq": r"\bgsk_[A-Za-z0-9]{40,}",
-    "xAI": r"\bxai-[A-Za-z0-9]{40,}",
-    "Replicate": r"\br8_[A-Za-z0-9]{30,}",
-    "Perplexity": r"\bpplx-[A-Za-z0-9]{40,}",
-    "NVIDIA": r"\bnvapi-[A-Za-z0-9_-]{40,}",
-    "Tavily": r"\btvly-(?:dev-|prod-)?[A-Za-z0-9]{24,}",
-    "LangSmith": r"\blsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}",
-    "Pinecone": r"\bpcsk_[A-Za-z0-9_]{40,}",
-    "Cerebras": r"\bcsk-[a-z0-9]{40,}",
-    "Fireworks": r"\bfw_[A-Za-z0-9]{24,}",
-    "ElevenLabs": r"\bsk_[a-f0-9]{48}\b",
-    "Firecrawl": r"\bfc-[a-f0-9]{32}\b",
-    "E2B": r"\be2b_[a-f0-9]{40}\b",
-    "Shopify": r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b",
-    "Atlassian": r"\bATATT3[A-Za-z0-9_=-]{50,}",
-    "DigitalOcean": r"\bdo[por]_v1_[a-f0-9]{64}\b",
-    "Doppler": r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.(?:[a-z0-9_-]+\.)?[A-Za-z0-9]{40,}",
-    "Linear": r"\blin_(?:api|oauth)_[A-Za-z0-9]{40}\b",
-    "Notion": r"\b(?:ntn_[A-Za-z0-9]{40,}|secret_[A-Za-z0-9]{43}\b)",
-    "Postman": r"\bPMAK-[a-f0-9]{24}-[a-f0-9]{34}\b",
-    "Databricks": r"\bdapi[a-f0-9]{32}(?:-\d)?\b",
-    "Sentry": r"\bsntry[su]_[A-Za-z0-9+/=_]{40,}",
-    "Grafana": r"\b(?:glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}\b|glc_[A-Za-z0-9+/=]{32,})",
-    "New Relic": r"\bNRAK-[A-Z0-9]{27}\b",
-    "HashiCorp Vault": r"\bhv[sb]\.[A-Za-z0-9_-]{24,}",
-    "Terraform Cloud": r"\b[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_-]{60,}",
-    "Docker Hub": r"\bdckr_pat_[A-Za-z0-9_-]{27,}",
-    "Supabase": r"\bsbp_[a-f0-9]{40}\b",
-    "PlanetScale": r"\bpscale_(?:pw|tkn|oauth)_[A-Za-z0-9_.-]{32,}",
-    "1Password": r"\bops_eyJ[A-Za-z0-9+/=_-]{40,}",
-    "age": r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}\b",
-    "Tailscale": r"\btskey-(?:api|auth|client|scim|webhook)-[A-Za-z0-9]{8,}-[A-Za-z0-9]{16,}",
-    "Figma": r"\bfigd_[A-Za-z0-9_-]{40,}",
-    "Stripe webhook": r"\bwhsec_[A-Za-z0-9]{32,}",
-    "Mailgun": r"\bkey-[a-f0-9]{32}\b",
-    "Netlify": r"\bnfp_[A-Za-z0-9]{36,}",
-    "Fly.io": r"\bfo1_[A-Za-z0-9_-]{40,}",
-    "Buildkite": r"\bbkua_[a-f0-9]{40}\b",
-    "CircleCI": r"\bCCIPAT_[A-Za-z0-9]{22}_[a-f0-9]{40}\b",
-    "Heroku": r"\bHRKU-[A-Za-z0-9_-]{60}",
-    "Google OAuth": r"\b(?:GOCSPX-[A-Za-z0-9_-]{28}|ya29\.[A-Za-z0-9_-]{20,})",
-    "Azure AD": r"\b[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}",
+# matters here: the prefixes are exact. Each format comes with a literal that every key of it
+# holds, so that a pattern runs only on text that has it (a substring test costs far less).
+PROVIDER_KEYS: dict[str, tuple[str, str]] = {
+    "Groq": ("gsk_", r"\bgsk_[A-Za-z0-9]{40,}"),
+    "xAI": ("xai-", r"\bxai-[A-Za-z0-9]{40,}"),
+    "Replicate": ("r8_", r"\br8_[A-Za-z0-9]{30,}"),
+    "Perplexity": ("pplx-", r"\bpplx-[A-Za-z0-9]{40,}"),
+    "NVIDIA": ("nvapi-", r"\bnvapi-[A-Za-z0-9_-]{40,}"),
+    "Tavily": ("tvly-", r"\btvly-(?:dev-|prod-)?[A-Za-z0-9]{24,}"),
+    "LangSmith": ("lsv2_", r"\blsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}"),
+    "Pinecone": ("pcsk_", r"\bpcsk_[A-Za-z0-9_]{40,}"),
+    "Cerebras": ("csk-", r"\bcsk-[a-z0-9]{40,}"),
+    "Fireworks": ("fw_", r"\bfw_[A-Za-z0-9]{24,}"),
+    "ElevenLabs": ("sk_", r"\bsk_[a-f0-9]{48}\b"),
+    "Firecrawl": ("fc-", r"\bfc-[a-f0-9]{32}\b"),
+    "E2B": ("e2b_", r"\be2b_[a-f0-9]{40}\b"),
+    "Shopify": ("shp", r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b"),
+    "Atlassian": ("ATATT3", r"\bATATT3[A-Za-z0-9_=-]{50,}"),
+    "DigitalOcean": ("_v1_", r"\bdo[por]_v1_[a-f0-9]{64}\b"),
+    "Doppler": ("dp.", r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.(?:[a-z0-9_-]+\.)?[A-Za-z0-9]{40,}"),
+    "Linear": ("lin_", r"\blin_(?:api|oauth)_[A-Za-z0-9]{40}\b"),
+    "Notion": ("ntn_", r"\bntn_[A-Za-z0-9]{40,}"),
+    "Notion (legacy)": ("secret_", r"\bsecret_[A-Za-z0-9]{43}\b"),
+    "Postman": ("PMAK-", r"\bPMAK-[a-f0-9]{24}-[a-f0-9]{34}\b"),
+    "Databricks": ("dapi", r"\bdapi[a-f0-9]{32}(?:-\d)?\b"),
+    "Sentry": ("sntry", r"\bsntry[su]_[A-Za-z0-9+/=_]{40,}"),
+    "Grafana service account": ("glsa_", r"\bglsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}\b"),
+    "Grafana Cloud": ("glc_", r"\bglc_[A-Za-z0-9+/=]{32,}"),
+    "New Relic": ("NRAK-", r"\bNRAK-[A-Z0-9]{27}\b"),
+    "HashiCorp Vault": ("hv", r"\bhv[sb]\.[A-Za-z0-9_-]{24,}"),
+    "Terraform Cloud": (".atlasv1.", r"\b[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_-]{60,}"),
+    "Docker Hub": ("dckr_pat_", r"\bdckr_pat_[A-Za-z0-9_-]{27,}"),
+    "Supabase": ("sbp_", r"\bsbp_[a-f0-9]{40}\b"),
+    "PlanetScale": ("pscale_", r"\bpscale_(?:pw|tkn|oauth)_[A-Za-z0-9_.-]{32,}"),
+    "1Password": ("ops_eyJ", r"\bops_eyJ[A-Za-z0-9+/=_-]{40,}"),
+    "age": ("AGE-SECRET-KEY-1", r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}\b"),
+    "Tailscale": (
+        "tskey-",
+        r"\btskey-(?:api|auth|client|scim|webhook)-[A-Za-z0-9]{8,}-[A-Za-z0-9]{16,}",
+    ),
+    "Figma": ("figd_", r"\bfigd_[A-Za-z0-9_-]{40,}"),
+    "Stripe webhook": ("whsec_", r"\bwhsec_[A-Za-z0-9]{32,}"),
+    "Mailgun": ("key-", r"\bkey-[a-f0-9]{32}\b"),
+    "Netlify": ("nfp_", r"\bnfp_[A-Za-z0-9]{36,}"),
+    "Fly.io": ("fo1_", r"\bfo1_[A-Za-z0-9_-]{40,}"),
+    "Buildkite": ("bkua_", r"\bbkua_[a-f0-9]{40}\b"),
+    "CircleCI": ("CCIPAT_", r"\bCCIPAT_[A-Za-z0-9]{22}_[a-f0-9]{40}\b"),
+    "Heroku": ("HRKU-", r"\bHRKU-[A-Za-z0-9_-]{60}"),
+    "Google OAuth client secret": ("GOCSPX-", r"\bGOCSPX-[A-Za-z0-9_-]{28}"),
+    "Google OAuth access token": ("ya29.", r"\bya29\.[A-Za-z0-9_-]{20,}"),
+    "Azure AD": ("Q~", r"\b[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}"),
 }
-_PROVIDER_PATTERNS = [re.compile(pattern) for pattern in PROVIDER_KEYS.values()]
+_PROVIDER_PATTERNS = [(needle, re.compile(pattern)) for needle, pattern in PROVIDER_KEYS.values()]
 
 _SECRET_NAME = (
     r"(password|passwd|pwd|passphrase|pass\s*phrase|passcode|secret|api[_\s-]?key|"
@@ -338,7 +348,7 @@ def _format_hit(text: str) -> str | None:
             return "a key or token"
     if any(pattern.search(text) for pattern in _GAP_PATTERNS):
         return "a key or token"
-    if any(pattern.search(text) for pattern in _PROVIDER_PATTERNS):
+    if any(needle in text and pattern.search(text) for needle, pattern in _PROVIDER_PATTERNS):
         return "a key or token"
     return None
 
@@ -407,6 +417,8 @@ def _iban(text: str) -> bool:
 def _config_assignment(text: str) -> bool:
     """`NAME=value` or `NAME: value` with a secret-sounding name, as detect-secrets' keyword
     plugin reads configuration files; the value's first word must look like a credential."""
+    if "=" not in text and ":" not in text:  # the plugin's rules all need one: skip its scan
+        return False
     for value in CONFIG_KEYWORDS.analyze_string(text, denylist_regex_to_group=CONFIG_RULES):
         words = value.split()
         if words and _is_secret_value(words[0]):

@@ -133,10 +133,12 @@ PROVIDER_EXAMPLES = {
     "Doppler": "dp.st.prd." + FILLER[:40],
     "Linear": "lin_api_" + FILLER[:40],
     "Notion": "ntn_" + FILLER[:46],
+    "Notion (legacy)": "secret_" + FILLER[:43],
     "Postman": f"PMAK-{HEX[:24]}-{HEX[:34]}",
     "Databricks": "dapi" + HEX[:32],
     "Sentry": "sntrys_" + FILLER[:60],
-    "Grafana": f"glsa_{FILLER[:32]}_{HEX[:8]}",
+    "Grafana service account": f"glsa_{FILLER[:32]}_{HEX[:8]}",
+    "Grafana Cloud": "glc_" + FILLER[:40],
     "New Relic": "NRAK-" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ0",
     "HashiCorp Vault": "hvs." + FILLER[:90],
     "Terraform Cloud": "AbCdEfGhIjKlMn.atlasv1." + FILLER[:67],
@@ -154,7 +156,8 @@ PROVIDER_EXAMPLES = {
     "Buildkite": "bkua_" + HEX[:40],
     "CircleCI": f"CCIPAT_{FILLER[:22]}_{HEX[:40]}",
     "Heroku": "HRKU-" + FILLER[:60],
-    "Google OAuth": "GOCSPX-" + FILLER[:28],
+    "Google OAuth client secret": "GOCSPX-" + FILLER[:28],
+    "Google OAuth access token": "ya29." + FILLER[:60],
     "Azure AD": "abc8Q~" + FILLER[:34],
 }
 # Ordinary facts that mention passwords, keys, tokens, codes and numbers: never secrets.
@@ -317,8 +320,11 @@ def test_keys_of_providers_without_a_plugin_are_refused(provider: str) -> None:
 
 
 def test_every_provider_format_has_an_example() -> None:
-    """A provider added to the table without a test example fails here."""
+    """A provider added to the table without a test example fails here, and so does a format
+    whose pre-check literal its own keys do not hold (the pattern would never run)."""
     assert set(PROVIDER_EXAMPLES) == set(secrets.PROVIDER_KEYS)
+    for provider, (needle, _pattern) in secrets.PROVIDER_KEYS.items():
+        assert needle in PROVIDER_EXAMPLES[provider], provider
 
 
 NETWORK_PREFIXES = [("4", 16), ("51", 16), ("37", 15), ("6011", 16), ("3530", 16), ("36", 14)]
