@@ -211,7 +211,7 @@ def test_no_stored_text_closes_the_block_or_poses_as_a_role(
     if layer == "pattern-layer-off":
         monkeypatch.setattr(render, "is_withheld", lambda entry: not entry)
     transport = CapturingTransport()
-    library = PromptLibrary()
+    library, version = PromptLibrary(), api_settings(db_url).prompt_version
     seen_nonces: set[str] = set()
     with served(db_url, transport) as url:
 
@@ -236,7 +236,7 @@ def test_no_stored_text_closes_the_block_or_poses_as_a_role(
             names = {tool["function"]["name"] for tool in body.get("tools") or ()}
             view = MemoryView("available", snapshot, "memory_update" in names)
             expected = library.system_prompt(
-                "v3", view, search="conversation_search" in names, tags=tags
+                version, view, search="conversation_search" in names, tags=tags
             )
             assert system["content"] == expected
 
