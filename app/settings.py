@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     memory_history_limit: int = Field(default=200, ge=1, le=100_000)
     memory_proposal_limit: int = Field(default=20, ge=1, le=1000)
     memory_proposal_ttl_hours: float = Field(default=168.0, gt=0, le=24 * 366)
-    prompt_version: str = Field(default="v2", pattern=r"^v\d+$")
+    prompt_version: str = Field(default="v3", pattern=r"^v\d+$")
     eval_prompt_version: str = Field(default="v1", pattern=r"^v\d+$")
     history_messages: int = Field(default=20, ge=0, le=200)
     max_message_chars: int = Field(default=32_000, ge=1, le=200_000)

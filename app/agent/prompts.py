@@ -3,17 +3,24 @@ from code."""
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 
-from app.memory.render import MemoryStatus, render_block
+from app.memory.render import BlockTags, MemoryStatus, render_block
 from app.memory.rules import LIMITS, MemoryUsage, Snapshot
 
 PROMPTS_ROOT = Path(__file__).resolve().parents[2] / "prompts"
 PromptKind = Literal["system", "eval"]
+
+
+def new_block_tags() -> BlockTags:
+    """This turn's memory-block tags: a fresh nonce from the OS's CSPRNG, held only by the
+    compiled prompt (never stored, never logged), so no stored text can know the closing tag."""
+    return BlockTags(secrets.token_hex(16))
 
 
 @dataclass(frozen=True)
@@ -24,12 +31,14 @@ class MemoryView:
     snapshot: Snapshot
     tool_offered: bool
 
-    def variables(self) -> dict[str, object]:
+    def variables(self, tags: BlockTags) -> dict[str, object]:
         shown = self.status == "available"
         usage = self.snapshot.usage() if shown else MemoryUsage()
         return {
             "memory_status": self.status,
-            "memory_block": render_block(self.snapshot) if shown else "",
+            "memory_block": render_block(self.snapshot, tags) if shown else "",
+            # The tag's bare name, for the prose: the closing tag itself appears only once.
+            "memory_tag": tags.name,
             "memory_tool": self.tool_offered,
             "user_memory_used": usage.user,
             "user_memory_limit": LIMITS["user"],
@@ -58,9 +67,18 @@ class PromptLibrary:
     def template(self, kind: PromptKind, version: str) -> Template:
         return self.environment.get_template(f"{kind}/{version}.md.j2")
 
-    def system_prompt(self, version: str, memory: MemoryView, *, search: bool = False) -> str:
-        """`search`: whether conversation_search is offered (templates before v2 ignore it)."""
-        variables = {**memory.variables(), "search_tool": search}
+    def system_prompt(
+        self,
+        version: str,
+        memory: MemoryView,
+        *,
+        search: bool = False,
+        tags: BlockTags | None = None,
+    ) -> str:
+        """`search`: whether conversation_search is offered (templates before v2 ignore it).
+        `tags`: the memory block's tags, fresh for every call unless a test pins them."""
+        tags = tags or new_block_tags()
+        variables = {**memory.variables(tags), "search_tool": search}
         return self.template("system", version).render(**variables).strip()
 
     def eval_prompt(self, version: str) -> str:

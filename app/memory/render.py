@@ -1,18 +1,59 @@
-"""Rendering memory for the prompt and the API: the block the model sees, the counts users see."""
+"""Rendering memory for the prompt and the API: the block the model sees, the counts users see.
+
+The block is structural, so that no stored text can end it or pose as the system, whatever its
+spelling: its tags carry a nonce the caller draws for each turn (never stored, never logged),
+which stored text cannot know; and every entry is one JSON string literal on its own line, so a
+stored newline, quote, role line or chat-template marker never appears raw. Inside the literal,
+angle and square brackets are escaped too (`\\u003c`): a server that maps `<|eot_id|>` or
+`[INST]` in message text to its special tokens finds none. Lines that are not string literals
+(the headings and the withheld placeholder) come only from this module.
+"""
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass
 from typing import Literal
 
 from app.memory import policy
-from app.memory.rules import LIMITS, SEPARATOR, Snapshot, Target
+from app.memory.markers import RESERVED_TAG_NAME
+from app.memory.rules import LIMITS, Snapshot, Target
 
 MemoryStatus = Literal["available", "unavailable", "disabled"]
 
-OPEN_TAG = "<persistent_memory_data>"
-CLOSE_TAG = "</persistent_memory_data>"
 BLOCKED_PLACEHOLDER = "[entry withheld: it failed the safety scan; the user can review it]"
 HEADINGS: dict[Target, str] = {"user": "USER PROFILE", "memory": "AGENT MEMORY"}
+# 128 bits from `secrets.token_hex(16)`: no stored text can guess the tag of a later turn.
+NONCE = re.compile(r"^[0-9a-f]{32}$")
+# Characters a tokenizer or a chat template may read as structure: written as escapes.
+_STRUCTURAL = frozenset("<>[]")
+# Invisible, but part of ordinary words and emoji (the policy allows them only there): kept raw
+# so that a family emoji or a Persian word stays readable. They never break a line.
+_JOINERS = frozenset("\u200c\u200d")
+
+
+@dataclass(frozen=True)
+class BlockTags:
+    """The block's tag for one turn: `persistent_memory_data_<nonce>`."""
+
+    nonce: str
+
+    def __post_init__(self) -> None:
+        if not NONCE.match(self.nonce):
+            raise ValueError("a block nonce is 32 lowercase hex digits")
+
+    @property
+    def name(self) -> str:
+        return f"{RESERVED_TAG_NAME}_{self.nonce}"
+
+    @property
+    def open(self) -> str:
+        return f"<{self.name}>"
+
+    @property
+    def close(self) -> str:
+        return f"</{self.name}>"
 
 
 def usage_line(snapshot: Snapshot, target: Target) -> str:
@@ -22,27 +63,52 @@ def usage_line(snapshot: Snapshot, target: Target) -> str:
 
 def is_withheld(entry: str) -> bool:
     """A stored entry that today's content policy would refuse (a threat, a disguised reserved
-    tag that could close the block, an invisible character), or that is not in the policy's
-    normal form, is never put in the prompt, whenever and however it was stored."""
+    tag, an invisible character), or that is not in the policy's normal form, is never put in
+    the prompt, whenever and however it was stored."""
     return not entry or not policy.is_acceptable(entry)
 
 
-def prompt_entries(snapshot: Snapshot, target: Target) -> tuple[str, ...]:
-    """Stored entries as the model may see them: a blocked entry stays stored but is withheld."""
-    return tuple(
-        BLOCKED_PLACEHOLDER if is_withheld(entry) else entry for entry in snapshot.entries(target)
+def prompt_entries(snapshot: Snapshot, target: Target) -> tuple[str | None, ...]:
+    """Stored entries as the model may see them: a blocked entry stays stored but is withheld
+    (None)."""
+    return tuple(None if is_withheld(entry) else entry for entry in snapshot.entries(target))
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    high, low = divmod(code - 0x10000, 0x400)
+    return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"
+
+
+def encode_entry(entry: str) -> str:
+    """One entry as a JSON string literal that `json.loads` reads back exactly: readable text
+    stays as it is; quotes, backslashes, every line break and invisible character (but the
+    joiners), and angle and square brackets are escapes. The result is one line."""
+    literal = json.dumps(entry, ensure_ascii=False)
+    return "".join(
+        _escape(char)
+        if char in _STRUCTURAL or not (char.isprintable() or char in _JOINERS)
+        else char
+        for char in literal
     )
 
 
 def render_section(snapshot: Snapshot, target: Target) -> str:
-    body = SEPARATOR.join(prompt_entries(snapshot, target))
-    return usage_line(snapshot, target) + ("\n" + body if body else "")
+    lines = [usage_line(snapshot, target)]
+    lines.extend(
+        BLOCKED_PLACEHOLDER if entry is None else encode_entry(entry)
+        for entry in prompt_entries(snapshot, target)
+    )
+    return "\n".join(lines)
 
 
-def render_block(snapshot: Snapshot) -> str:
-    """The complete memory block, exactly as the design (docs/design.md) shows it."""
+def render_block(snapshot: Snapshot, tags: BlockTags) -> str:
+    """The complete memory block: headings with usage as in docs/design.md, one string literal
+    per entry, a blank line between stores, inside this turn's tags (docs/threat-model.md)."""
     sections = "\n\n".join(render_section(snapshot, target) for target in ("user", "memory"))
-    return f"{OPEN_TAG}\n{sections}\n{CLOSE_TAG}"
+    return f"{tags.open}\n{sections}\n{tags.close}"
 
 
 def document(snapshot: Snapshot, target: Target) -> dict[str, object]:

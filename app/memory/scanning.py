@@ -28,6 +28,9 @@ class Threat:
 
 
 _FLAGS = re.IGNORECASE | re.DOTALL | re.MULTILINE
+# What may stand between two words of an instruction without reading as a full stop: any
+# space or line break, underscores, emphasis marks, ellipses.
+_JOINTS = re.compile(r"(?:[\s_*~`]|\.{2,}|\u2026)+")
 
 _INJECTION = [
     (
@@ -49,9 +52,29 @@ _INJECTION = [
         r"let)\s+(the\s+)?user\b",
         "it tells the model to hide things from the user",
     ),
-    (r"^\s*(system|assistant|developer)\s*:", "it pretends to be a system or assistant message"),
+    # A role line, also quoted, listed, bold or bracketed ("> system:", "**System:**").
+    (
+        r"^[\s>#*+|-]*[\[(]?\s*(system|assistant|developer)\s*[\])]?\s*[*_]*\s*:",
+        "it pretends to be a system or assistant message",
+    ),
+    (
+        r"\b(operator|system|developer|admin\w*)\s+(instructions?|directives?|message)\s*"
+        r"(\([^)\n]{0,30}\))?\s*:",
+        "it pretends to be a system or assistant message",
+    ),
+    (r"^\s*#+\s*(system|instructions?)\s*:", "it pretends to be a chat-format marker"),
+    # Special tokens of chat templates: ChatML, Llama 3, Phi, Command R, harmony, DeepSeek
+    # (`<|...|>`, its full-width bars folded), Gemma, Llama 2 and Mistral.
+    (r"<\|[^<>|\n]{1,40}\|>", "it pretends to be a chat-format marker"),
     (r"<\|?\s*(im_start|im_end|system|endoftext)\s*\|?>", "it pretends to be a chat-format marker"),
-    (r"\[\s*/?\s*(inst|system)\s*\]", "it pretends to be a chat-format marker"),
+    (
+        r"<\s*/?\s*(start|end)_of_turn\s*>|<<\s*/?\s*sys\s*>>",
+        "it pretends to be a chat-format marker",
+    ),
+    (
+        r"\[\s*/?\s*(inst|system|system_prompt|tool_calls|available_tools|tool_results)\s*\]",
+        "it pretends to be a chat-format marker",
+    ),
     (
         r"\b(act|behave)\s+as\s+(the\s+|a\s+|an\s+)?(system|developer|administrator|admin|root)\b",
         "it asks the model to pretend to be a privileged role",
@@ -98,15 +121,17 @@ def scan(text: str) -> Threat | None:
     """The first threat found in `text`, or None.
 
     Instructions and commands are matched on a folded form (NFKC, case-folded, look-alike
-    letters from other scripts mapped to their Latin prototypes), secrets on the NFKC form,
-    whose case they need."""
+    letters from other scripts and small capitals mapped to their Latin prototypes), also with
+    the joints between words flattened; secrets on the NFKC form, whose case they need."""
     hidden = characters.first_forbidden(text)
     if hidden is not None:
         return Threat("invisible_unicode", f"it contains {hidden.kind} ({hidden.label})")
     folded = markers.fold_confusables(text)
+    # The same text with word joints flattened ("ignore\nall", "ignore… all", "ignore_all").
+    flat = _JOINTS.sub(" ", folded)
     for category, rules in _RULES:
         for pattern, reason in rules:
-            if pattern.search(folded):
+            if pattern.search(folded) or (flat != folded and pattern.search(flat)):
                 return Threat(category, reason)
     secret = secrets.find_secret(_NFKC.normalize(text))
     if secret is not None:

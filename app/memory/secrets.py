@@ -1,11 +1,14 @@
 """Secrets in memory entries: keys and tokens in the common formats, credentials in
-assignments, and passwords, PINs and passphrases stated in prose.
+assignments, URLs and prose, passwords, PINs and passphrases, payment card numbers and IBANs.
 
 Key formats come from detect-secrets' plugins, a maintained catalogue (AWS, GitHub, GitLab,
 OpenAI, Slack, Stripe, JWTs, private keys, URLs with a password, ...). Only their pure
 `analyze_string` is called: `analyze_line` consults detect-secrets' global settings and can
-verify a candidate over the network. The few formats the catalogue lacks, and credentials
-written as prose ("the user's password is hunter22"), have short patterns here.
+verify a candidate over the network. Its keyword plugin also reads assignments, with the rules
+it applies to configuration files (`DB_PASSWORD=…`). The formats the catalogue lacks (the
+providers in `PROVIDER_KEYS`), names it does not list (`GITHUB_TOKEN=…`), and credentials
+written as prose ("the user's password is hunter22") have short patterns here. Card numbers
+(Luhn) and IBANs (mod 97-10 and country formats) are checked by python-stdnum.
 
 A key split by spaces ("AKIA IOSF ODNN 7EXA MPLE") is caught by also scanning each run of
 key-like chunks joined together; invisible characters are refused before this module runs.
@@ -15,7 +18,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
+from detect_secrets.plugins import keyword
 from detect_secrets.plugins.artifactory import ArtifactoryDetector
 from detect_secrets.plugins.aws import AWSKeyDetector
 from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
@@ -36,6 +41,7 @@ from detect_secrets.plugins.square_oauth import SquareOAuthDetector
 from detect_secrets.plugins.stripe import StripeDetector
 from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
+from stdnum import iban, luhn
 
 # Left out: IPPublicDetector (an address is not a credential), the entropy detectors (they flag
 # every commit hash and identifier), and the IBM/Cloudant/SoftLayer detectors (keyword
@@ -63,6 +69,11 @@ FORMAT_DETECTORS = (
 )
 # Quoted values assigned to a secret-named key (`secret: 'plainword'`).
 ASSIGNMENT_DETECTORS = (KeywordDetector(),)
+# The same keyword catalogue with the rules detect-secrets applies to configuration files
+# (`.env`, YAML, INI: `DB_PASSWORD=…`, `MYSQL_ROOT_PASSWORD: …`, `PGPASSWORD=…`), where values
+# are not quoted; a value is judged by its shape (`_is_secret_value`), as prose is.
+CONFIG_KEYWORDS = KeywordDetector()
+CONFIG_RULES = keyword.CONFIG_DENYLIST_REGEX_TO_GROUP
 
 _FLAGS = re.IGNORECASE
 # Formats detect-secrets 1.5 does not know, or knows only in one variant.
@@ -77,6 +88,60 @@ _GAPS = [
     r"\bbearer\s+[A-Za-z0-9._~+/=-]{20,}",
 ]
 _GAP_PATTERNS = [re.compile(pattern, _FLAGS) for pattern in _GAPS]
+# Providers detect-secrets 1.5 has no plugin for, by their documented key prefixes. Case
+# matters here: the prefixes are exact. Each format comes with a literal that every key of it
+# holds, so that a pattern runs only on text that has it (a substring test costs far less).
+PROVIDER_KEYS: dict[str, tuple[str, str]] = {
+    "Groq": ("gsk_", r"\bgsk_[A-Za-z0-9]{40,}"),
+    "xAI": ("xai-", r"\bxai-[A-Za-z0-9]{40,}"),
+    "Replicate": ("r8_", r"\br8_[A-Za-z0-9]{30,}"),
+    "Perplexity": ("pplx-", r"\bpplx-[A-Za-z0-9]{40,}"),
+    "NVIDIA": ("nvapi-", r"\bnvapi-[A-Za-z0-9_-]{40,}"),
+    "Tavily": ("tvly-", r"\btvly-(?:dev-|prod-)?[A-Za-z0-9]{24,}"),
+    "LangSmith": ("lsv2_", r"\blsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}"),
+    "Pinecone": ("pcsk_", r"\bpcsk_[A-Za-z0-9_]{40,}"),
+    "Cerebras": ("csk-", r"\bcsk-[a-z0-9]{40,}"),
+    "Fireworks": ("fw_", r"\bfw_[A-Za-z0-9]{24,}"),
+    "ElevenLabs": ("sk_", r"\bsk_[a-f0-9]{48}\b"),
+    "Firecrawl": ("fc-", r"\bfc-[a-f0-9]{32}\b"),
+    "E2B": ("e2b_", r"\be2b_[a-f0-9]{40}\b"),
+    "Shopify": ("shp", r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b"),
+    "Atlassian": ("ATATT3", r"\bATATT3[A-Za-z0-9_=-]{50,}"),
+    "DigitalOcean": ("_v1_", r"\bdo[por]_v1_[a-f0-9]{64}\b"),
+    "Doppler": ("dp.", r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.(?:[a-z0-9_-]+\.)?[A-Za-z0-9]{40,}"),
+    "Linear": ("lin_", r"\blin_(?:api|oauth)_[A-Za-z0-9]{40}\b"),
+    "Notion": ("ntn_", r"\bntn_[A-Za-z0-9]{40,}"),
+    "Notion (legacy)": ("secret_", r"\bsecret_[A-Za-z0-9]{43}\b"),
+    "Postman": ("PMAK-", r"\bPMAK-[a-f0-9]{24}-[a-f0-9]{34}\b"),
+    "Databricks": ("dapi", r"\bdapi[a-f0-9]{32}(?:-\d)?\b"),
+    "Sentry": ("sntry", r"\bsntry[su]_[A-Za-z0-9+/=_]{40,}"),
+    "Grafana service account": ("glsa_", r"\bglsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}\b"),
+    "Grafana Cloud": ("glc_", r"\bglc_[A-Za-z0-9+/=]{32,}"),
+    "New Relic": ("NRAK-", r"\bNRAK-[A-Z0-9]{27}\b"),
+    "HashiCorp Vault": ("hv", r"\bhv[sb]\.[A-Za-z0-9_-]{24,}"),
+    "Terraform Cloud": (".atlasv1.", r"\b[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_-]{60,}"),
+    "Docker Hub": ("dckr_pat_", r"\bdckr_pat_[A-Za-z0-9_-]{27,}"),
+    "Supabase": ("sbp_", r"\bsbp_[a-f0-9]{40}\b"),
+    "PlanetScale": ("pscale_", r"\bpscale_(?:pw|tkn|oauth)_[A-Za-z0-9_.-]{32,}"),
+    "1Password": ("ops_eyJ", r"\bops_eyJ[A-Za-z0-9+/=_-]{40,}"),
+    "age": ("AGE-SECRET-KEY-1", r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}\b"),
+    "Tailscale": (
+        "tskey-",
+        r"\btskey-(?:api|auth|client|scim|webhook)-[A-Za-z0-9]{8,}-[A-Za-z0-9]{16,}",
+    ),
+    "Figma": ("figd_", r"\bfigd_[A-Za-z0-9_-]{40,}"),
+    "Stripe webhook": ("whsec_", r"\bwhsec_[A-Za-z0-9]{32,}"),
+    "Mailgun": ("key-", r"\bkey-[a-f0-9]{32}\b"),
+    "Netlify": ("nfp_", r"\bnfp_[A-Za-z0-9]{36,}"),
+    "Fly.io": ("fo1_", r"\bfo1_[A-Za-z0-9_-]{40,}"),
+    "Buildkite": ("bkua_", r"\bbkua_[a-f0-9]{40}\b"),
+    "CircleCI": ("CCIPAT_", r"\bCCIPAT_[A-Za-z0-9]{22}_[a-f0-9]{40}\b"),
+    "Heroku": ("HRKU-", r"\bHRKU-[A-Za-z0-9_-]{60}"),
+    "Google OAuth client secret": ("GOCSPX-", r"\bGOCSPX-[A-Za-z0-9_-]{28}"),
+    "Google OAuth access token": ("ya29.", r"\bya29\.[A-Za-z0-9_-]{20,}"),
+    "Azure AD": ("Q~", r"\b[A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34}"),
+}
+_PROVIDER_PATTERNS = [(needle, re.compile(pattern)) for needle, pattern in PROVIDER_KEYS.values()]
 
 _SECRET_NAME = (
     r"(password|passwd|pwd|passphrase|pass\s*phrase|passcode|secret|api[_\s-]?key|"
@@ -91,7 +156,10 @@ _ASSIGNMENTS = [
     # credential ("Password: rotated monthly" is prose).
     _SECRET_NAME + r"\s*:\s*(?=[^\s'\"]*[\d_\-!@#$%^&*+/=])[^\s'\"]{4,}",
 ]
-_ASSIGNMENT_PATTERNS = [re.compile(r"\b" + pattern, _FLAGS) for pattern in _ASSIGNMENTS]
+# The name may be the end of a longer one (`GITHUB_TOKEN`, `db.password`), also exported.
+_ASSIGNMENT_PATTERNS = [
+    re.compile(r"\b(?:\w+?[_.-])?" + pattern, _FLAGS) for pattern in _ASSIGNMENTS
+]
 
 # Prose: "<owner's> password is hunter22", "the wifi passphrase was 'correct horse ...'".
 # A password noun is judged by its value's shape and wording (see _is_secret_value); a key or
@@ -104,11 +172,25 @@ _KEY_NOUNS = (
 # Password words in other languages: their description words are not listed, so only a value
 # that looks generated counts.
 _FOREIGN_PASSWORD_NOUNS = r"(passwort|kennwort|mot\s+de\s+passe|contrase[ñn]as?|senhas?)"
-_COPULA = r"(is|was|are|were|=|:|ist|war|est|es|é|reads|is\s+set\s+to|has\s+been\s+set\s+to)"
+_COPULA = (
+    r"((is|was|are|were|has\s+been|have\s+been|got)\s+(changed|set|reset|updated)\s+to|"
+    r"is|was|are|were|=|:|ist|war|est|es|é|reads)"
+)
 _OWNER = r"(\s+(for|of|to|on)\s+[^.,;:\n]{1,30}?)?"
 _VALUE = r"(?P<value>['\"“‘«][^'\"”’»\n]{2,}['\"”’»]|[^\s,;]+)"
-_PROSE_PASSWORD = re.compile(rf"\b{_PASSWORD_NOUNS}\b{_OWNER}\s*{_COPULA}\s+{_VALUE}", _FLAGS)
-_PROSE_KEY = re.compile(rf"\b{_KEY_NOUNS}\b{_OWNER}\s*{_COPULA}\s+{_VALUE}", _FLAGS)
+# A noun may end a longer name: "db_password", "wifi_password".
+_NAME_PREFIX = r"(?:\w+?_)?"
+_PROSE_PASSWORD = re.compile(
+    rf"\b{_NAME_PREFIX}{_PASSWORD_NOUNS}\b{_OWNER}\s*{_COPULA}\s+{_VALUE}", _FLAGS
+)
+# "changed the password to X", "set my wifi password to X".
+_CHANGED_TO = re.compile(
+    r"\b(changed?|changing|set|setting|reset|updated?|switched?)\s+"
+    r"(?:(?:the|my|his|her|their|its|our|your|a|an)\s+)?(?:[\w'-]+\s+){0,2}?"
+    rf"{_NAME_PREFIX}{_PASSWORD_NOUNS}\b{_OWNER}\s+(?:to|into)\s+{_VALUE}(?P<rest>\s*\S?)",
+    _FLAGS,
+)
+_PROSE_KEY = re.compile(rf"\b{_NAME_PREFIX}{_KEY_NOUNS}\b{_OWNER}\s*{_COPULA}\s+{_VALUE}", _FLAGS)
 # "uses the password hunter22", "password? hunter22": no verb, so only a generated-looking value.
 _BARE_PASSWORD = re.compile(rf"\b{_PASSWORD_NOUNS}\s*[?:\-–]?\s+{_VALUE}", _FLAGS)
 _PROSE_FOREIGN = re.compile(
@@ -217,6 +299,11 @@ _DESCRIPTIONS = frozenset(
         "often",
         "rarely",
         "sometimes",
+        "something",
+        "anything",
+        "one",
+        "expire",
+        "match",
     ]
 )
 _DESCRIPTION_SUFFIXES = ("ed", "ing", "able", "ible", "ly", "ive", "ous", "ful", "less")
@@ -261,7 +348,95 @@ def _format_hit(text: str) -> str | None:
             return "a key or token"
     if any(pattern.search(text) for pattern in _GAP_PATTERNS):
         return "a key or token"
+    if any(needle in text and pattern.search(text) for needle, pattern in _PROVIDER_PATTERNS):
+        return "a key or token"
     return None
+
+
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s<>\"']+", re.IGNORECASE)
+# user:password@ in the authority, also when the password holds a "/" that ends it for
+# urlsplit.
+_USERINFO = re.compile(r"^[a-z][a-z0-9+.-]*://[^\s/:@]+:[^\s@]+@[^\s@]", re.IGNORECASE)
+# Documentation placeholders, not passwords: `${DB_PASSWORD}`, `<password>`, `****`.
+_PLACEHOLDER = re.compile(r"^(\$\{?\w+\}?|<[^>]*>|\{\{?[^}]*\}?\}|[*x.]+|password)$", re.I)
+
+
+def _url_password(text: str) -> bool:
+    """A URL whose authority carries a password (`postgres://admin:pa!ss@db/app`), whatever
+    characters the password holds."""
+    for match in _URL.finditer(text):
+        url = match.group()
+        try:
+            password = urlsplit(url).password
+        except ValueError:
+            password = None
+        if password is None and _USERINFO.match(url):
+            password = url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+        if password and not _PLACEHOLDER.match(password):
+            return True
+    return False
+
+
+# Payment card numbers: Luhn-valid runs of 12-19 digits (spaces or hyphens between groups)
+# whose issuer prefix and length are a card network's, so order numbers, phone numbers, ISBNs
+# and IMEIs (which also pass Luhn) are not taken for cards.
+_DIGIT_RUN = re.compile(r"(?<![\w.,/-])\d(?:[ -]?\d){11,18}(?![\w.,/-]?\d)")
+_CARD_NETWORKS = (
+    (re.compile(r"^4"), frozenset({13, 16, 19})),  # Visa
+    (re.compile(r"^(5[1-5]|2(2[2-9]|[3-6]\d|7[01]|720))"), frozenset({16})),  # Mastercard
+    (re.compile(r"^3[47]"), frozenset({15})),  # American Express
+    (re.compile(r"^(6011|64[4-9]|65|62)"), frozenset(range(16, 20))),  # Discover, UnionPay
+    (re.compile(r"^35(2[89]|[3-8]\d)"), frozenset(range(16, 20))),  # JCB
+    (re.compile(r"^3(0[0-5]|[689])"), frozenset(range(14, 20))),  # Diners Club
+)
+# IBANs: country, check digits, then 11-30 letters or digits, in groups or not.
+_IBAN_CANDIDATE = re.compile(r"\b[A-Z]{2}\d{2}(?:[ ]?[A-Z0-9]){11,30}\b", re.IGNORECASE)
+
+
+def _card_number(text: str) -> bool:
+    for match in _DIGIT_RUN.finditer(text):
+        digits = re.sub(r"[ -]", "", match.group())
+        if any(
+            prefix.match(digits) and len(digits) in lengths for prefix, lengths in _CARD_NETWORKS
+        ) and luhn.is_valid(digits):
+            return True
+    return False
+
+
+def _iban(text: str) -> bool:
+    """An IBAN by its ISO 7064 mod 97-10 checksum and its country's length and format
+    (python-stdnum's registry), also with trailing words after it."""
+    for match in _IBAN_CANDIDATE.finditer(text):
+        groups = match.group().split(" ")
+        for end in range(len(groups), 0, -1):
+            if iban.is_valid("".join(groups[:end]), check_country=False):
+                return True
+    return False
+
+
+def _config_assignment(text: str) -> bool:
+    """`NAME=value` or `NAME: value` with a secret-sounding name, as detect-secrets' keyword
+    plugin reads configuration files; the value's first word must look like a credential."""
+    if "=" not in text and ":" not in text:  # the plugin's rules all need one: skip its scan
+        return False
+    for value in CONFIG_KEYWORDS.analyze_string(text, denylist_regex_to_group=CONFIG_RULES):
+        words = value.split()
+        if words and _is_secret_value(words[0]):
+            return True
+    return False
+
+
+def _changed_to(text: str) -> bool:
+    """ "changed the password to X": X is a password if it looks generated, or is one word
+    that does not describe one and either ends the sentence or is capitalised."""
+    for match in _CHANGED_TO.finditer(text):
+        value = match.group("value")
+        if _looks_generated(value):
+            return True
+        ends = match.group("rest").strip() in ("", ".", "!", ";", ",")
+        if _is_secret_value(value) and (ends or value[:1].isupper()):
+            return True
+    return False
 
 
 def find_secret(text: str) -> str | None:
@@ -272,12 +447,21 @@ def find_secret(text: str) -> str | None:
         found = next((hit for run in _joined_runs(text) if (hit := _format_hit(run))), None)
     if found is not None:
         return found
+    if _url_password(text):
+        return "a URL with a password"
     if any(True for detector in ASSIGNMENT_DETECTORS for _ in detector.analyze_string(text)):
         return "a password or key assignment"
-    if any(pattern.search(text) for pattern in _ASSIGNMENT_PATTERNS):
+    if any(pattern.search(text) for pattern in _ASSIGNMENT_PATTERNS) or _config_assignment(text):
         return "a password or key assignment"
     if _PIN.search(text):
         return "a PIN or access code"
+    # An IBAN first: its digits, read alone, can also pass for a card number.
+    if _iban(text):
+        return "a bank account number (IBAN)"
+    if _card_number(text):
+        return "a payment card number"
+    if _changed_to(text):
+        return "a password or passphrase"
     if any(_is_secret_value(match.group("value")) for match in _PROSE_PASSWORD.finditer(text)):
         return "a password or passphrase"
     if any(_looks_generated(match.group("value")) for match in _BARE_PASSWORD.finditer(text)):

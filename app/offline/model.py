@@ -13,8 +13,7 @@ from typing import Any
 
 from app.agent.events import SEARCH_TOOL_NAME as SEARCH_TOOL
 from app.memory.contract import MEMORY_TOOL_NAME as MEMORY_TOOL
-from app.memory.render import CLOSE_TAG, OPEN_TAG
-from app.memory.rules import SEPARATOR
+from app.memory.markers import RESERVED_TAG_NAME
 from app.offline.wire import ChatRequest, Reply, Text, ToolCall, ToolCalls, content_text
 
 OFFLINE_NOTICE = (
@@ -63,19 +62,38 @@ _PRONOUNS = {
 }
 
 
+_OPEN_TAG = re.compile(rf"<{RESERVED_TAG_NAME}_(?P<nonce>[0-9a-f]{{32}})>")
+
+
+def _entry(line: str) -> str:
+    """A rendered entry line: a JSON string literal, or the application's own placeholder."""
+    if line.startswith('"'):
+        try:
+            decoded = json.loads(line)
+        except ValueError:
+            return line
+        return decoded if isinstance(decoded, str) else line
+    return line
+
+
 def memory_entries(system_text: str) -> dict[str, list[str]]:
-    """The entries of the memory block in a system prompt (empty when there is no block)."""
+    """The entries of the memory block in a system prompt (empty when there is no block): the
+    block ends at the closing tag with the opening tag's nonce, and each entry line is read as
+    the JSON string it is."""
     entries: dict[str, list[str]] = {"user": [], "memory": []}
-    start, end = system_text.find(OPEN_TAG), system_text.find(CLOSE_TAG)
-    if start < 0 or end < start:
+    opening = _OPEN_TAG.search(system_text)
+    if opening is None:
         return entries
-    block = system_text[start + len(OPEN_TAG) : end]
+    end = system_text.find(f"</{RESERVED_TAG_NAME}_{opening.group('nonce')}>", opening.end())
+    if end < 0:
+        return entries
+    block = system_text[opening.end() : end]
     headings = list(_HEADING.finditer(block))
     for position, heading in enumerate(headings):
         stop = headings[position + 1].start() if position + 1 < len(headings) else len(block)
-        body = block[heading.end() : stop].strip("\n")
+        lines = block[heading.end() : stop].split("\n")
         target = "user" if heading.group(1) == "USER PROFILE" else "memory"
-        entries[target] = [entry for entry in body.split(SEPARATOR) if entry.strip()]
+        entries[target] = [_entry(line) for line in lines if line.strip()]
     return entries
 
 

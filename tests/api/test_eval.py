@@ -70,6 +70,6 @@ def test_eval_turns_are_memory_free(db: Engine, sqlite_url: str) -> None:
     assert first(events, "tool").data["outcome"] == "rejected"
     assert model.requests[0].tools == ()
     assert "sentinel-EVAL-55" not in model.requests[0].system_text()
-    assert "<persistent_memory_data>" not in model.requests[0].system_text()
+    assert "<persistent_memory_data" not in model.requests[0].system_text()
     assert memory_rows(db) == 1 and listed == {"conversations": []}
     model.assert_done()

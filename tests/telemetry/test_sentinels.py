@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -89,8 +90,14 @@ def _last_user_text(request: ChatRequest) -> str:
     return ""
 
 
+# The memory block's per-turn nonces the model saw in this run (they must be logged nowhere).
+BLOCK_NONCES: list[str] = []
+_BLOCK_TAG = re.compile(r"<persistent_memory_data_([0-9a-f]{32})>")
+
+
 async def scripted_or_offline(request: ChatRequest) -> Reply:
     """The offline model, except for the turns that need a rejected call, a hang or an error."""
+    BLOCK_NONCES.extend(_BLOCK_TAG.findall(request.system_text()))
     user_text = _last_user_text(request)
     after_tool = bool(request.messages) and request.messages[-1].get("role") == "tool"
     if REJECTED_ARGUMENTS in user_text:
@@ -291,6 +298,7 @@ def run(
 ) -> Iterator[Captured]:
     # `db` empties the session database first: an earlier test may have left the flag off.
     capture, log_format = request.param
+    BLOCK_NONCES.clear()
     settings = api_settings(
         sqlite_url,
         log_level="DEBUG",
@@ -389,6 +397,9 @@ def test_no_sentinel_reaches_any_log_or_span_by_default(run: Captured) -> None:
     arguments, upstream error text or keys, on any channel; and telemetry is produced."""
     assert_telemetry_was_produced(run)
     assert run.hits(SENTINELS) == []
+    # The memory block's nonce stays in the prompt: no log line or span can hand it to text
+    # that a later turn stores.
+    assert len(set(BLOCK_NONCES)) > 1 and run.hits(BLOCK_NONCES) == []
     for span in run.spans:
         assert not CAPTURE_ATTRIBUTES & set(span.attributes or {})
 

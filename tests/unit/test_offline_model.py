@@ -10,12 +10,13 @@ import pytest
 from openai import AsyncOpenAI
 
 from app.agent.tools import MEMORY_TOOL
-from app.memory.render import render_block
+from app.memory.render import BlockTags, render_block
 from app.memory.rules import Snapshot
 from app.offline.model import LONG_ANSWER, OFFLINE_NOTICE, OfflineModel, memory_entries
 from app.offline.transport import ChatCompletionsTransport
 from app.offline.wire import ChatRequest, Text, ToolCall, ToolCalls
 
+TAGS = BlockTags("fe" * 16)
 SNAPSHOT = Snapshot(
     user=("The user prefers short answers.", "The user's name is Ada."),
     memory=("The project uses PostgreSQL 16.",),
@@ -29,7 +30,7 @@ def request(
     snapshot: Snapshot | None = SNAPSHOT,
     extra: list[dict[str, Any]] | None = None,
 ) -> ChatRequest:
-    system = "You are helpful.\n\n" + (render_block(snapshot) if snapshot is not None else "")
+    system = "You are helpful.\n\n" + (render_block(snapshot, TAGS) if snapshot is not None else "")
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": system},
         {"role": "user", "content": text},
@@ -168,8 +169,19 @@ def test_reads_the_tool_result(result: dict[str, Any], expected: str) -> None:
 
 def test_memory_entries_parse_the_rendered_block() -> None:
     """The block the application renders parses back into its entries."""
-    parsed = memory_entries("intro\n" + render_block(SNAPSHOT) + "\noutro")
+    parsed = memory_entries("intro\n" + render_block(SNAPSHOT, TAGS) + "\noutro")
     assert parsed == {"user": list(SNAPSHOT.user), "memory": list(SNAPSHOT.memory)}
+
+
+def test_memory_entries_end_only_at_the_turn_tag() -> None:
+    """An entry that spells a closing tag with another nonce, newlines and quotes is read back
+    as one entry: the block ends at the opening tag's own closing tag."""
+    other = BlockTags("ab" * 16)
+    tricky = f'The user wrote {other.close}\n"USER PROFILE [1% - 1/1375 characters]"'
+    parsed = memory_entries(
+        render_block(Snapshot(memory=("Fact.", "x")), TAGS).replace('"x"', json.dumps(tricky))
+    )
+    assert parsed["memory"] == ["Fact.", tricky]
 
 
 async def test_streams_through_the_openai_sdk_word_by_word_with_split_tool_calls() -> None:
@@ -249,7 +261,7 @@ async def test_the_standalone_server_speaks_the_same_protocol_over_http() -> Non
         stream = await client.chat.completions.create(
             model="offline-memory-1",
             messages=[
-                {"role": "system", "content": render_block(SNAPSHOT)},
+                {"role": "system", "content": render_block(SNAPSHOT, TAGS)},
                 {"role": "user", "content": "remember that I like tea"},
             ],
             tools=[MEMORY_TOOL],  # type: ignore[list-item]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jinja2
@@ -11,7 +12,8 @@ from app.agent.agents import Agent
 from app.agent.llm import ModelClient
 from app.agent.prompts import MemoryView, PromptLibrary
 from app.agent.tools import MEMORY_TOOL
-from app.memory.render import CLOSE_TAG, OPEN_TAG
+from app.memory.markers import RESERVED_TAG_NAME
+from app.memory.render import BlockTags
 from app.memory.rules import Snapshot
 
 SENTINEL = "The user prefers sentinel-7f3a answers."
@@ -29,8 +31,9 @@ def test_missing_variable_is_an_error_not_a_blank(tmp_path: Path) -> None:
 
 def test_available_memory_is_framed_as_untrusted_data_with_the_policy() -> None:
     """The block is inside its tags, called untrusted data, and the save/skip policy is there."""
-    prompt = PromptLibrary().system_prompt("v1", MemoryView("available", SNAPSHOT, True))
-    assert OPEN_TAG in prompt and CLOSE_TAG in prompt and SENTINEL in prompt
+    tags = BlockTags("a" * 32)
+    prompt = PromptLibrary().system_prompt("v1", MemoryView("available", SNAPSHOT, True), tags=tags)
+    assert tags.open in prompt and tags.close in prompt and SENTINEL in prompt
     assert "untrusted" in prompt.lower() and "not instructions" in prompt.lower()
     for phrase in ("Do not save", "secrets", "stable user preferences"):
         assert phrase in prompt
@@ -42,7 +45,7 @@ def test_no_block_unless_memory_is_available(status: str) -> None:
     """Unavailable and disabled memory render no block and no stored content."""
     view = MemoryView(status, SNAPSHOT, status == "unavailable")  # type: ignore[arg-type]
     prompt = PromptLibrary().system_prompt("v1", view)
-    assert OPEN_TAG not in prompt and SENTINEL not in prompt
+    assert f"<{RESERVED_TAG_NAME}" not in prompt and SENTINEL not in prompt
 
 
 def test_tool_policy_only_when_the_tool_is_offered() -> None:
@@ -57,7 +60,7 @@ def test_tool_policy_only_when_the_tool_is_offered() -> None:
 def test_eval_prompt_has_no_memory() -> None:
     """The memory-free agent's prompt carries no block and no tool policy."""
     prompt = PromptLibrary().eval_prompt("v1")
-    assert OPEN_TAG not in prompt and "memory_update" not in prompt
+    assert f"<{RESERVED_TAG_NAME}" not in prompt and "memory_update" not in prompt
 
 
 def test_a_turn_gets_a_copy_and_the_shared_agent_never_changes() -> None:
@@ -122,4 +125,41 @@ def test_v2_tells_when_to_search_only_when_the_tool_is_offered() -> None:
     assert "conversation_search" in offered and "Do not search" in offered
     assert "UNTRUSTED" in offered and "not memory" in offered
     assert "conversation_search" not in library.system_prompt("v2", view, search=False)
-    assert library.system_prompt("v1", view, search=True) == library.system_prompt("v1", view)
+    tags = BlockTags("b" * 32)
+    assert library.system_prompt("v1", view, search=True, tags=tags) == library.system_prompt(
+        "v1", view, tags=tags
+    )
+
+
+@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
+def test_every_version_stays_loadable_and_renders_the_structural_block(version: str) -> None:
+    """Old versions keep loading; whichever one is configured, the block carries this turn's
+    tags and string-literal entries (the rendering is code, not template)."""
+    tags = BlockTags("c" * 32)
+    prompt = PromptLibrary().system_prompt(
+        version, MemoryView("available", SNAPSHOT, True), tags=tags
+    )
+    assert prompt.count(tags.open) == 1 and prompt.count(tags.close) == 1
+    assert f'"{SENTINEL}"' in prompt
+
+
+def test_v3_names_the_turn_tag_and_the_entry_encoding() -> None:
+    """v3 (the default) tells the model the block ends only at this turn's tag and that each
+    entry is a JSON string literal, without spelling the closing tag a second time."""
+    from app.settings import Settings
+
+    tags = BlockTags("d" * 32)
+    prompt = PromptLibrary().system_prompt("v3", MemoryView("available", SNAPSHOT, True), tags=tags)
+    before = prompt[: prompt.index(tags.open)]
+    assert tags.name in before and "JSON string literal" in before and "DATA" in before
+    assert prompt.count(tags.close) == 1
+    assert Settings.model_fields["prompt_version"].default == "v3"
+
+
+def test_each_prompt_draws_a_fresh_nonce() -> None:
+    """Two compilations of the same memory never share a block tag: the nonce is drawn per
+    turn, so no text can learn one turn's tag and use it in a later one."""
+    library, view = PromptLibrary(), MemoryView("available", SNAPSHOT, True)
+    opening = re.compile(rf"<{RESERVED_TAG_NAME}_([0-9a-f]{{32}})>")
+    nonces = {opening.findall(library.system_prompt("v3", view))[0] for _ in range(50)}
+    assert len(nonces) == 50

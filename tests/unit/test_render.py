@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.memory import render
 from app.memory.render import (
     BLOCKED_PLACEHOLDER,
+    BlockTags,
     document,
+    encode_entry,
     render_block,
     render_section,
     usage_line,
 )
 from app.memory.rules import LIMITS, SEPARATOR, Snapshot
+
+TAGS = BlockTags("0123456789abcdef" * 2)
 
 
 def padded(first: str, total: int) -> tuple[str, str]:
@@ -21,8 +30,8 @@ def padded(first: str, total: int) -> tuple[str, str]:
 
 
 def test_block_matches_the_design_exactly() -> None:
-    """The block is the design's: tag, headings with usage, entries joined by "§" lines, blank
-    line between stores, closing tag."""
+    """The block is the design's, made structural: the turn's nonce tag, headings with usage,
+    one JSON string literal per entry, a blank line between stores, the closing tag."""
     snapshot = Snapshot(
         user=(
             "The user prefers short code examples.",
@@ -33,18 +42,16 @@ def test_block_matches_the_design_exactly() -> None:
             "Database migrations must be reversible.",
         ),
     )
-    assert render_block(snapshot) == (
-        "<persistent_memory_data>\n"
+    assert render_block(snapshot, TAGS) == (
+        "<persistent_memory_data_0123456789abcdef0123456789abcdef>\n"
         "USER PROFILE [6% - 84/1375 characters]\n"
-        "The user prefers short code examples.\n"
-        "§\n"
-        "The user is experienced with Python and SQL.\n"
+        '"The user prefers short code examples."\n'
+        '"The user is experienced with Python and SQL."\n'
         "\n"
         "AGENT MEMORY [4% - 93/2200 characters]\n"
-        "The project uses Pydantic models at API boundaries.\n"
-        "§\n"
-        "Database migrations must be reversible.\n"
-        "</persistent_memory_data>"
+        '"The project uses Pydantic models at API boundaries."\n'
+        '"Database migrations must be reversible."\n'
+        "</persistent_memory_data_0123456789abcdef0123456789abcdef>"
     )
 
 
@@ -75,12 +82,12 @@ def test_percent_never_overstates_usage(used: int, percent: int) -> None:
 
 def test_empty_store_renders_only_its_heading() -> None:
     """An empty store shows its usage line and no entry lines."""
-    assert render_block(Snapshot()) == (
-        "<persistent_memory_data>\n"
+    assert render_block(Snapshot(), TAGS) == (
+        f"{TAGS.open}\n"
         "USER PROFILE [0% - 0/1375 characters]\n"
         "\n"
         "AGENT MEMORY [0% - 0/2200 characters]\n"
-        "</persistent_memory_data>"
+        f"{TAGS.close}"
     )
 
 
@@ -106,10 +113,10 @@ def test_blocked_stored_entry_is_withheld_from_the_prompt(stored: str) -> None:
     write) appears only as the placeholder, while the API still lists it so that the user can
     see and remove it."""
     snapshot = Snapshot(memory=("A safe fact.", stored))
-    block = render_block(snapshot)
-    assert stored not in block
-    assert f"A safe fact.{SEPARATOR}{BLOCKED_PLACEHOLDER}" in block
-    assert block.count("</persistent_memory_data>") == 1
+    block = render_block(snapshot, TAGS)
+    assert stored not in block and encode_entry(stored) not in block
+    assert f'"A safe fact."\n{BLOCKED_PLACEHOLDER}\n{TAGS.close}' in block
+    assert block.count(TAGS.close) == 1
     assert document(snapshot, "memory")["entries"] == ["A safe fact.", stored]
 
 
@@ -125,3 +132,77 @@ def test_counts_equal_the_api_characters() -> None:
         assert doc["characters"] == expected
         assert doc["limit"] == LIMITS[target]
         assert f" - {expected}/{LIMITS[target]} characters]" in render_section(snapshot, target)
+
+
+ENCODED = [
+    pytest.param("plain words", '"plain words"', id="plain"),
+    pytest.param('say "hi"\\', '"say \\"hi\\"\\\\"', id="quote-and-backslash"),
+    pytest.param("one\ntwo", '"one\\ntwo"', id="newline"),
+    pytest.param("a<|eot_id|>b", '"a\\u003c|eot_id|\\u003eb"', id="chat-template-marker"),
+    pytest.param(
+        "[INST] x [/INST]", '"\\u005bINST\\u005d x \\u005b/INST\\u005d"', id="mistral-marker"
+    ),
+    pytest.param("x\u2028y\u2029z\x85w", '"x\\u2028y\\u2029z\\u0085w"', id="unicode-line-breaks"),
+    pytest.param("tag\U000e0041", '"tag\\udb40\\udc41"', id="astral-invisible-as-surrogate-pair"),
+    pytest.param(
+        "Straße 東京 👨\u200d👩\u200d👧", '"Straße 東京 👨\u200d👩\u200d👧"', id="readable-text-raw"
+    ),
+]
+
+
+@pytest.mark.parametrize(("entry", "line"), ENCODED)
+def test_an_entry_is_one_json_string_literal(entry: str, line: str) -> None:
+    """Each entry is rendered as one line, a JSON string literal that decodes to the entry:
+    quotes, line breaks, invisible characters and brackets are escapes, letters and emoji are
+    not."""
+    assert encode_entry(entry) == line
+    assert json.loads(line) == entry and "\n" not in line
+
+
+@pytest.mark.parametrize(
+    "nonce",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("0" * 31, id="short"),
+        pytest.param("0" * 33, id="long"),
+        pytest.param("G" * 32, id="not-hex"),
+        pytest.param("A" * 32, id="upper-case"),
+        pytest.param("0" * 30 + ">x", id="markup"),
+    ],
+)
+def test_block_tags_take_only_a_full_nonce(nonce: str) -> None:
+    """A tag's nonce is exactly 32 lowercase hex digits (128 bits): anything else is refused
+    before it can shape the prompt."""
+    with pytest.raises(ValueError, match="nonce"):
+        BlockTags(nonce)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    user=st.lists(st.text(st.characters(codec="utf-8"), max_size=60), max_size=4),
+    memory=st.lists(st.text(st.characters(codec="utf-8"), max_size=60), max_size=4),
+    nonce=st.text(alphabet="0123456789abcdef", min_size=32, max_size=32),
+)
+def test_no_entry_changes_the_block_structure(
+    user: list[str], memory: list[str], nonce: str
+) -> None:
+    """With the pattern layer off (every entry shown), any text, including every line break,
+    quote, bracket and invisible character, renders as exactly one line per entry that decodes
+    back to it, and the closing tag occurs once, as the last line."""
+    tags = BlockTags(nonce)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(render, "is_withheld", lambda entry: not entry)
+        block = render_block(Snapshot(user=tuple(user), memory=tuple(memory)), tags)
+    lines = block.split("\n")
+    assert lines[0] == tags.open and lines[-1] == tags.close
+    assert "\n".join(lines).count(tags.close) == 1
+    user_lines = lines[2 : 2 + len(user)]
+    memory_lines = lines[4 + len(user) : -1]
+    for rendered, entries in ((user_lines, user), (memory_lines, memory)):
+        assert len(rendered) == len(entries)
+        for line, entry in zip(rendered, entries, strict=True):
+            if not entry:
+                assert line == BLOCKED_PLACEHOLDER
+                continue
+            assert line[0] == line[-1] == '"' and json.loads(line) == entry
+            assert not set(line) & set("<>[]\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
