@@ -35,6 +35,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from sqlalchemy.engine import make_url  # noqa: E402
+
 from app.offline.wire import OFFLINE_MODEL_NAME  # noqa: E402
 from scripts.bench._common import summary, write_results  # noqa: E402
 from scripts.bench._processes import (  # noqa: E402
@@ -45,6 +47,7 @@ from scripts.bench._processes import (  # noqa: E402
     service,
 )
 from tests.support.databases import migrated_engine, postgres_database  # noqa: E402
+from tests.support.postgres_servers import pgbouncer  # noqa: E402
 
 MESSAGE = "hello there"  # no memory request: the offline model answers with its notice
 
@@ -247,6 +250,12 @@ def main() -> None:
         action="store_true",
         help="also measure scripts/bench/floor_app.py (the required stack alone) alongside",
     )
+    parser.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="PostgreSQL only: also serve this checkout through a PgBouncer in transaction "
+        "mode (DB_POOLER=transaction), measured alongside as the path 'pgbouncer'",
+    )
     parser.add_argument("--out", default=None, help="results name (default from the options)")
     args = parser.parse_args()
     levels = [int(level) for level in args.concurrency.split(",")]
@@ -274,6 +283,24 @@ def main() -> None:
                     LLM_MODEL=OFFLINE_MODEL_NAME,
                 )
             )
+        if args.pgbouncer:
+            if args.database != "postgresql":
+                parser.error("--pgbouncer needs --database postgresql")
+            url = stack.enter_context(database(args.database, Path(logs), "pgbouncer"))
+            bouncer = stack.enter_context(pgbouncer("127.0.0.1", make_url(url).port or 5432))
+            urls["pgbouncer"], _pid = stack.enter_context(
+                service(
+                    bouncer.url_for(url),
+                    Path(logs),
+                    root=ROOT,
+                    name="pgbouncer",
+                    workers=args.workers,
+                    LLM_BASE_URL=stub,
+                    LLM_API_KEY="unused",
+                    LLM_MODEL=OFFLINE_MODEL_NAME,
+                    DB_POOLER="transaction",
+                )
+            )
         if args.floor:
             urls["floor"] = stack.enter_context(floor_service(stub, Path(logs)))
         for concurrency in levels:
@@ -293,7 +320,8 @@ def main() -> None:
                 added = row[f"{name}_vs_direct"]
                 print(f"  {name} added: {added}", flush=True)
     levels_name = "-".join(str(level) for level in levels)
-    name = args.out or f"turn_overhead_{args.database}_c{levels_name}_w{args.workers}"
+    pooled = "_pgbouncer" if args.pgbouncer else ""
+    name = args.out or f"turn_overhead_{args.database}{pooled}_c{levels_name}_w{args.workers}"
     path = write_results(name, figures)
     print(f"results written to {path}")
 

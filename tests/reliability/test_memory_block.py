@@ -26,6 +26,7 @@ from sqlalchemy import Engine, delete
 
 from app.agent.prompts import MemoryView, PromptLibrary
 from app.db.schema import agent_memory
+from app.db.writers import maintenance
 from app.memory import render
 from app.memory.markers import RESERVED_TAG_NAME
 from app.memory.render import BLOCKED_PLACEHOLDER, BlockTags
@@ -140,7 +141,7 @@ class CapturingTransport(ChatCompletionsTransport):
 
 
 def store(engine: Engine, user: list[str], memory: list[str]) -> None:
-    with engine.begin() as connection:
+    with engine.begin() as connection, maintenance(connection):  # planted as stored text
         connection.execute(delete(agent_memory).where(agent_memory.c.user_id == USER))
     for memory_type, texts in (("user", user), ("memory", memory)):
         if texts:
