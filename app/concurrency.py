@@ -99,8 +99,9 @@ CLEANUP_SECONDS = 10.0
 
 async def wait_shielded(task: asyncio.Future[Any], seconds: float | None) -> None:
     """Wait for `task` to end, at most `seconds` (None: as long as it takes), even inside a
-    cancelled scope: asyncio's one-shot cancellation and anyio's (sse-starlette's task groups)
-    repeated one alike. The task's outcome is retrieved, never raised here."""
+    cancelled scope: asyncio's one-shot cancellation and anyio's repeated one (a cancelled
+    scope, as the SSE and answer responses use) alike. The task's outcome is retrieved, never
+    raised here."""
     with anyio.CancelScope(shield=True):
         await asyncio.wait([task], timeout=seconds)
     if task.done() and not task.cancelled():
