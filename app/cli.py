@@ -12,6 +12,9 @@ from app.settings import Settings, SettingsError, get_settings, load_settings
 
 # `serve` is the embedded, try-it-now mode: memory is on unless the environment says otherwise.
 SERVE_DEFAULTS = {"MEMORY_ENABLED": "true", "LOG_FORMAT": "console"}
+# On SIGTERM the server stops accepting, lets open turns finish for this long, then cancels
+# them (a cancelled turn commits nothing). Without it uvicorn waits for every open stream.
+SHUTDOWN_GRACE_SECONDS = 10
 
 
 def _this_python() -> str:
@@ -80,6 +83,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         port=args.port,
         log_level=args.log_level,
         workers=args.workers,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
     return 0
 

@@ -33,8 +33,9 @@ async def to_thread(func: Callable[..., T], /, *args: Any) -> T:
     started when its caller is), without chaining a `concurrent.futures.Future` to the awaited
     one: `asyncio.wrap_future` adds its callback under that future's lock, which the worker
     thread takes as it starts the call, so the event loop often blocked on that lock and then
-    waited for the GIL the worker held (0.16 ms of the loop's time per call in a profile at four
-    concurrent turns; docs/performance.md). Here the worker hands its outcome to the loop."""
+    waited for the GIL the worker held. Here the worker hands its outcome to the loop. Kept over
+    anyio's `to_thread.run_sync` with a `CapacityLimiter` because it costs the loop less per hop
+    (`scripts/bench/to_thread.py`; the figures are in docs/performance.md)."""
     loop = asyncio.get_running_loop()
     executor = _executors.get(loop)
     if executor is None:  # a loop nobody sized (a script, a test without the runtime)
@@ -78,7 +79,7 @@ def _settle_error(future: asyncio.Future[Any], error: BaseException) -> None:
 class CancelFlag:
     """A one-way cancellation flag shared with a worker thread: `set()` and `is_set()`, as
     `threading.Event` has them. Nothing here waits on it, so it has no Condition, lock and waiter
-    deque (about 1.5 KiB that every open turn held). A bool attribute is read and written
+    deque for every open turn to hold. A bool attribute is read and written
     whole under the GIL."""
 
     __slots__ = ("_set",)
@@ -99,8 +100,9 @@ CLEANUP_SECONDS = 10.0
 
 async def wait_shielded(task: asyncio.Future[Any], seconds: float | None) -> None:
     """Wait for `task` to end, at most `seconds` (None: as long as it takes), even inside a
-    cancelled scope: asyncio's one-shot cancellation and anyio's (sse-starlette's task groups)
-    repeated one alike. The task's outcome is retrieved, never raised here."""
+    cancelled scope: asyncio's one-shot cancellation and anyio's repeated one (a cancelled
+    scope, as the SSE and answer responses use) alike. The task's outcome is retrieved, never
+    raised here."""
     with anyio.CancelScope(shield=True):
         await asyncio.wait([task], timeout=seconds)
     if task.done() and not task.cancelled():

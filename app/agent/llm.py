@@ -225,13 +225,14 @@ class ModelClient:
     ) -> RoundResult:
         # Messages and tools go in `extra_body`, which the SDK sends as it is: as parameters it
         # walks every message and tool schema against its TypedDicts, finding nothing to change
-        # in plain dicts, for 8% of the event loop's time. The request's JSON is the same.
+        # in plain dicts, on the event loop's time (docs/performance.md). The request's JSON is
+        # the same.
         body: dict[str, Any] = {"messages": list(messages)}
         if tools:
             body["tools"] = list(tools)
         # The streaming response, read as plain JSON: the SDK still sends the request (auth,
-        # retries, status errors), but builds no model object per chunk, which cost a fifth of
-        # a turn's CPU (scripts/bench/README.md).
+        # retries, status errors), but builds no model object per chunk, which was the largest
+        # share of a turn's CPU (scripts/bench/README.md).
         request = self.client.chat.completions.with_streaming_response.create(
             model=model,
             messages=[],  # replaced by body["messages"]

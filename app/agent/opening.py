@@ -30,8 +30,8 @@ _DISABLED = _Memory("disabled", Snapshot(), None)
 
 # The message write starts when the memory read has ended, or this long after it started if it
 # has not. Started together, the two ran their Python side by side in two worker threads, which
-# only took turns holding the GIL, each turn a hand-over between threads: both took about twice
-# as long as one after the other (docs/performance.md, round 8). The bound keeps them
+# only took turns holding the GIL, each turn a hand-over between threads: both took longer
+# than one after the other (docs/performance.md). The bound keeps them
 # independent: a memory read that hangs holds the user's message back by this much, not by its
 # deadline.
 STORE_AFTER_SECONDS = 0.02

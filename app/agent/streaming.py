@@ -42,7 +42,7 @@ class _Mailbox:
 async def stream_turn_batches(turn: Turn) -> AsyncGenerator[tuple[TurnEvent, ...], None]:
     """The turn's events as they happen, in order, each time as every event already queued
     when the consumer wakes (a burst of model chunks becomes one write, never a later one). A
-    consumer that goes away (sse-starlette cancels the generator on disconnect) cancels the
+    consumer that goes away (the SSE response closes the generator on disconnect) cancels the
     turn and then waits, shielded, for its cleanup: the ledger is discarded and the transcript
     row written."""
     mailbox = _Mailbox()

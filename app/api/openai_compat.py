@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
@@ -37,7 +37,12 @@ from app.api.openai_schema import (
     ModelList,
     openai_errors,
 )
-from app.api.sse import PING_SECONDS, SEND_TIMEOUT_SECONDS, LeanEventSourceResponse
+from app.api.sse import (
+    PING_SECONDS,
+    SEND_TIMEOUT_SECONDS,
+    EventStreamResponse,
+    wait_for_disconnect,
+)
 from app.api.ui_stream import sse_data
 
 PREFIX = "/openai/v1"
@@ -127,7 +132,7 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
     )
     if wanted.stream:
         encoder = ChunkEncoder(completion, include_usage=wanted.include_usage)
-        return LeanEventSourceResponse(
+        return EventStreamResponse(
             _chunks(stream_turn(turn), encoder),
             ping=PING_SECONDS,
             send_timeout=SEND_TIMEOUT_SECONDS,
@@ -143,8 +148,8 @@ def _data(chunk: dict[str, Any]) -> bytes:
 
 async def _chunks(
     events: AsyncGenerator[TurnEvent, None], encoder: ChunkEncoder
-) -> AsyncIterator[bytes]:
-    # A disconnect makes sse-starlette close this generator, which closes the turn's stream and
+) -> AsyncGenerator[bytes, None]:
+    # A disconnect makes the response close this generator, which closes the turn's stream and
     # so cancels the turn: its staged memory is discarded.
     async with contextlib.aclosing(events) as stream:
         async for event in stream:
@@ -186,6 +191,5 @@ class AnswerResponse(Response):
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+    await wait_for_disconnect(receive)
     scope.cancel()

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, Mapping
 from datetime import UTC, datetime
 
 import anyio
-from sse_starlette import EventSourceResponse, ServerSentEvent
-from sse_starlette.event import ensure_bytes
-from sse_starlette.sse import AppStatus, _ensure_watcher_started_on_this_loop, _get_shutdown_state
-from starlette.types import Receive, Scope, Send
+from sse_starlette import ServerSentEvent
+from starlette.datastructures import MutableHeaders
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
 
 from app.agent.events import TurnEvent
 
@@ -20,114 +20,144 @@ from app.agent.events import TurnEvent
 # longer than SEND_TIMEOUT_SECONDS is treated as gone (the turn is cancelled, nothing committed).
 PING_SECONDS = 15
 SEND_TIMEOUT_SECONDS = 30.0
+# How long the body's own cleanup (the turn's cancellation) may take once the response ends.
+CLEANUP_SECONDS = 30.0
 
 
-class LeanEventSourceResponse(EventSourceResponse):
-    """sse-starlette's response with the same behaviour from one helper task instead of four.
+class SendTimeoutError(TimeoutError):
+    """A send that did not finish within the response's send timeout: the client stopped
+    reading, and the turn was cancelled."""
 
-    `EventSourceResponse` runs a task group of four tasks per response (the stream, the ping
-    loop, the disconnect listener and a shutdown listener), each with its cancel scope and
-    coroutine frames: about a fifth of what an idle stream held (docs/performance.md). Here
-    the stream runs in the request's own task, inside one cancel scope; one task listens for
-    the disconnect; the ping is a timer that starts a short task only to send; a server
-    shutdown reaches the response through sse-starlette's own per-loop watcher, which sets
-    every registered waiter. Each of those ends the stream exactly as the task group did: the
-    scope is cancelled, which closes the body iterator (so the turn is cancelled), and a failed
-    ping send (`SendTimeoutError` after `send_timeout`) is raised once the stream is closed.
-    HEAD, websocket scopes and `data_sender_callable` keep the parent's code path."""
 
-    _stop: _Stop
+class EventStreamResponse(Response):
+    """A `text/event-stream` response of already framed events, with sse-starlette's headers,
+    keep-alive pings, send timeout and disconnect handling, built on Starlette's `Response`.
+
+    sse-starlette's `EventSourceResponse` runs a task group of four tasks per response (the
+    stream, the ping loop, the disconnect listener and a shutdown listener), each with its
+    cancel scope and frames, which an idle stream holds for as long as the turn waits for its
+    model (docs/performance.md). Here the stream runs in the request's own task inside one
+    cancel scope; one task waits for the disconnect; the ping is a timer that starts a short
+    task only to send. A disconnect or a failed ping send cancels the scope, which closes the
+    body (so the turn is cancelled); a send that does not finish within `send_timeout` raises
+    `SendTimeoutError` once the body is closed. A server shutdown is the server's own: uvicorn
+    lets open responses run for its graceful-shutdown timeout (`python -m app serve` sets one),
+    then cancels their tasks, which closes the body the same way."""
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        content: AsyncGenerator[bytes, None],
+        *,
+        ping: float = PING_SECONDS,
+        send_timeout: float | None = None,
+        sep: str = "\r\n",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.body_iterator = content
+        self.status_code = 200
+        self.background = None
+        self.ping_seconds = ping
+        self.send_timeout = send_timeout
+        self.sep = sep
+        merged = MutableHeaders()
+        merged.update(headers or {})
+        merged.setdefault("Cache-Control", "no-store")
+        merged["Connection"] = "keep-alive"
+        merged["X-Accel-Buffering"] = "no"  # nginx: pass each event on as it comes
+        self.init_headers(merged)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["method"].upper() == "HEAD"
-            or self.data_sender_callable is not None
-        ):
-            await super().__call__(scope, receive, send)
-            return
-        state = _get_shutdown_state()
         stop = _Stop()
-        self._stop = stop
-        listener = asyncio.get_running_loop().create_task(self._listen(receive))
+        listener = asyncio.get_running_loop().create_task(self._listen(receive, stop))
         try:
             with anyio.CancelScope() as cancel_scope:
                 stop.scope = cancel_scope
-                if AppStatus.should_exit:
-                    cancel_scope.cancel()
-                _ensure_watcher_started_on_this_loop()
-                state.events.add(stop)  # type: ignore[arg-type]  # it only calls set()
-                self._arm_ping(send)
-                await self._stream_response(send)
+                self._arm_ping(send, stop)
+                await self._stream(send, stop)
         finally:
-            self.active = False
-            state.events.discard(stop)
             stop.end()
             listener.cancel()
         if stop.failure is not None:
             raise stop.failure
-        if self.background is not None:
-            await self.background()
 
-    async def _listen(self, receive: Receive) -> None:
-        """The parent's disconnect listener; whatever ends it ends the stream, as before."""
+    async def _stream(self, send: Send, stop: _Stop) -> None:
+        start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
         try:
-            await self._listen_for_disconnect(receive)
+            await self._send(send, start, stop)
+            async for chunk in self.body_iterator:
+                await self._send(send, _body(chunk, more=True), stop)
+            await self._send(send, _body(b"", more=False), stop)
+        finally:
+            stop.ended = True  # no ping after the end, nor in place of an event cut short
+            # The body may be suspended at a yield (a send cut short): close it here, so its
+            # cleanup (the turn's cancellation) runs before the response returns.
+            with anyio.move_on_after(CLEANUP_SECONDS, shield=True):
+                await self.body_iterator.aclose()
+
+    async def _send(self, send: Send, message: Message, stop: _Stop) -> None:
+        """One send under the lock a ping shares, within `send_timeout`."""
+        async with stop.lock:
+            if stop.ended:
+                return
+            with anyio.move_on_after(self.send_timeout) as deadline:
+                await send(message)
+        if deadline.cancelled_caught:
+            raise SendTimeoutError
+
+    async def _listen(self, receive: Receive, stop: _Stop) -> None:
+        try:
+            await wait_for_disconnect(receive)
         except Exception as error:
-            self._stop.fail(error)
+            stop.fail(error)
         else:
-            self._stop.set()
+            stop.cancel()
 
-    def _arm_ping(self, send: Send) -> None:
-        if self.ping_interval > 0 and self.active:
-            self._stop.timer = asyncio.get_running_loop().call_later(
-                self.ping_interval, self._ping_due, send
+    def _arm_ping(self, send: Send, stop: _Stop) -> None:
+        if self.ping_seconds > 0 and not stop.ended:
+            stop.timer = asyncio.get_running_loop().call_later(
+                self.ping_seconds, self._ping_due, send, stop
             )
 
-    def _ping_due(self, send: Send) -> None:
-        self._stop.timer = None
-        self._stop.pinging = asyncio.get_running_loop().create_task(self._ping_once(send))
+    def _ping_due(self, send: Send, stop: _Stop) -> None:
+        stop.timer = None
+        stop.pinging = asyncio.get_running_loop().create_task(self._ping(send, stop))
 
-    async def _ping_once(self, send: Send) -> None:
-        """One keep-alive, framed and sent as the parent's ping loop sends each of its own."""
+    async def _ping(self, send: Send, stop: _Stop) -> None:
+        """One keep-alive comment, framed as sse-starlette frames its own."""
         try:
-            ping = (
-                self.ping_message_factory()
-                if self.ping_message_factory
-                else ServerSentEvent(comment=f"ping - {datetime.now(UTC)}", sep=self.sep)
-            )
-            message = {"type": "http.response.body", "body": ensure_bytes(ping, self.sep)}
-            async with self._send_lock:
-                if self.active:
-                    await self._send_with_timeout(send, {**message, "more_body": True})
+            comment = ServerSentEvent(comment=f"ping - {datetime.now(UTC)}", sep=self.sep)
+            await self._send(send, _body(comment.encode(), more=True), stop)
         except Exception as error:
-            self._stop.fail(error)
+            stop.fail(error)
             return
         finally:
-            self._stop.pinging = None
-        self._arm_ping(send)
+            stop.pinging = None
+        self._arm_ping(send, stop)
 
 
 class _Stop:
-    """What ends one lean response early, and the helpers to stop when it ends. Registered in
-    sse-starlette's shutdown set, whose watcher calls `set()` on every member at shutdown."""
+    """What ends one response early, and the helpers to stop when it ends."""
 
-    __slots__ = ("failure", "pinging", "scope", "timer")
+    __slots__ = ("ended", "failure", "lock", "pinging", "scope", "timer")
 
     def __init__(self) -> None:
         self.scope: anyio.CancelScope | None = None
         self.failure: Exception | None = None
+        self.ended = False
+        self.lock = asyncio.Lock()  # a ping never interleaves with an event's bytes
         self.timer: asyncio.TimerHandle | None = None
         self.pinging: asyncio.Task[None] | None = None
 
-    def set(self) -> None:
+    def cancel(self) -> None:
         if self.scope is not None:
             self.scope.cancel()
 
     def fail(self, error: Exception) -> None:
         if self.failure is None:
             self.failure = error
-        self.set()
+        self.cancel()
 
     def end(self) -> None:
         self.scope = None  # a disconnect noticed after the end has nothing left to cancel
@@ -135,6 +165,16 @@ class _Stop:
             self.timer.cancel()
         if self.pinging is not None:
             self.pinging.cancel()
+
+
+def _body(chunk: bytes, *, more: bool) -> Message:
+    return {"type": "http.response.body", "body": chunk, "more_body": more}
+
+
+async def wait_for_disconnect(receive: Receive) -> None:
+    """Return once the client has gone (a request's body has been read by then)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def encode_event(event: TurnEvent) -> bytes:
@@ -146,7 +186,7 @@ def encode_event(event: TurnEvent) -> bytes:
 
 async def _encoded(
     batches: AsyncGenerator[tuple[TurnEvent, ...], None],
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     # One write per batch of events that were ready together (bytes go out as they are).
     # Closing this generator (a disconnect) closes the turn's stream too, which cancels the turn.
     async with contextlib.aclosing(batches) as stream:
@@ -156,8 +196,8 @@ async def _encoded(
 
 def event_stream_response(
     batches: AsyncGenerator[tuple[TurnEvent, ...], None],
-) -> EventSourceResponse:
-    return LeanEventSourceResponse(
+) -> EventStreamResponse:
+    return EventStreamResponse(
         _encoded(batches),
         ping=PING_SECONDS,
         send_timeout=SEND_TIMEOUT_SECONDS,

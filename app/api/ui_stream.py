@@ -7,8 +7,6 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
-from sse_starlette import EventSourceResponse
-
 from app.agent.events import (
     DeltaEvent,
     DoneEvent,
@@ -20,7 +18,7 @@ from app.agent.events import (
     TurnEvent,
 )
 from app.api.bodies import not_object
-from app.api.sse import LeanEventSourceResponse
+from app.api.sse import EventStreamResponse
 from app.errors import Unprocessable
 
 HEADER = "x-vercel-ai-ui-message-stream"
@@ -168,7 +166,7 @@ async def ui_chunks(events: AsyncIterator[TurnEvent]) -> AsyncIterator[Chunk]:
         yield chunk
 
 
-async def _body(events: AsyncGenerator[TurnEvent, None]) -> AsyncIterator[bytes]:
+async def _body(events: AsyncGenerator[TurnEvent, None]) -> AsyncGenerator[bytes, None]:
     # Closing this generator (a disconnect, even mid-send) closes the turn's stream at once,
     # which cancels the turn, rather than leaving it to the garbage collector.
     async with contextlib.aclosing(events) as stream:
@@ -177,10 +175,10 @@ async def _body(events: AsyncGenerator[TurnEvent, None]) -> AsyncIterator[bytes]
     yield sse_data("[DONE]")
 
 
-def ui_message_response(events: AsyncGenerator[TurnEvent, None]) -> EventSourceResponse:
-    """The turn as a UI message stream. A disconnect cancels `events` (sse-starlette listens for
+def ui_message_response(events: AsyncGenerator[TurnEvent, None]) -> EventStreamResponse:
+    """The turn as a UI message stream. A disconnect cancels `events` (the response listens for
     it on every ASGI version), so the turn's own cancellation path discards its staged memory."""
-    return LeanEventSourceResponse(_body(events), headers=HEADERS, sep="\n")
+    return EventStreamResponse(_body(events), headers=HEADERS, sep="\n")
 
 
 def _text_of(message: Mapping[str, Any]) -> str:

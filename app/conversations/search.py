@@ -123,7 +123,7 @@ def term_frequency_rank(candidates: Subquery, needles: int) -> Score:
 
     Not FTS5's bm25(): on every query it counts every row of the whole table that holds each
     term of the query (the owner's token too), so its cost grows with the table rather than
-    with the candidates: about 10 ms of a common word's 20 at a million messages. This costs a
+    with the candidates (docs/conversation-search.md has the figures). This costs a
     few string functions per candidate. Every candidate holds every word (all are required), so
     the IDF would only weigh one word's repeats against another's."""
     norm = 1.2 * (0.25 + 0.75 * func.length(candidates.c.content) / AVERAGE_MESSAGE_CHARS)
@@ -330,7 +330,7 @@ def search(
     # Planned for its own words and owner every time, never prepared: psycopg prepares a
     # statement after a few runs, and PostgreSQL's generic plan for it, made without knowing
     # how rare the words are, reads the owner's messages conversation by conversation (a rare
-    # word: 170 ms instead of 2).
+    # word many times slower; docs/conversation-search.md).
     driver = connection.connection.driver_connection
     threshold = driver.prepare_threshold  # type: ignore[union-attr]
     driver.prepare_threshold = None  # type: ignore[union-attr]

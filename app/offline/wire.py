@@ -106,7 +106,7 @@ def words(text: str) -> list[str]:
 
 def iter_words(text: str) -> Iterator[str]:
     """`words(text)` one at a time: a slow stream holds its position, not a list of pieces
-    (a long answer's list was a third of an idle stream's memory) nor a regex scanner."""
+    (a long answer's list was much of an idle stream's memory) nor a regex scanner."""
     position = 0
     while (match := _WORD.match(text, position)) is not None:
         position = match.end()

@@ -57,6 +57,7 @@ class Samples:
     first_text_ms: list[float] = field(default_factory=list)
     turn_ms: list[float] = field(default_factory=list)
     wall_seconds: float = 0.0
+    cut_short: int = 0  # streams whose connection closed before their end
 
     @property
     def turns(self) -> int:
@@ -180,9 +181,18 @@ async def measure(
     ):
 
         def path(name: str, into: Samples) -> Callable[[int], Awaitable[None]]:
-            if name == "direct":
-                return lambda _n: direct_turn(model, stub, into)
-            return lambda n: backend_turn(http, services[name], tokens[n], into)
+            async def turn(n: int) -> None:
+                try:
+                    if name == "direct":
+                        await direct_turn(model, stub, into)
+                    else:
+                        await backend_turn(http, services[name], tokens[n], into)
+                except httpx.TransportError:
+                    # Counted, not fatal: under load the floor's own model client can lose its
+                    # connection to the stub, and the floor (no error handling) cuts its stream.
+                    into.cut_short += 1
+
+            return turn
 
         # Warm-up: connections, the service's agent singletons, the database pool.
         for name in samples:
@@ -199,6 +209,7 @@ def describe(samples: Samples) -> dict[str, object]:
         "first_text": summary(samples.first_text_ms),
         "turn": summary(samples.turn_ms),
         "turns_per_second": round(samples.turns / samples.wall_seconds, 1),
+        "cut_short": samples.cut_short,
     }
 
 
@@ -314,7 +325,7 @@ def main() -> None:
             for name, values in described.items():
                 print(
                     f"  {name:8s} first text {values['first_text']}  turn {values['turn']}"
-                    f"  {values['turns_per_second']} turns/s"
+                    f"  {values['turns_per_second']} turns/s, {values['cut_short']} cut short"
                 )
             for name in urls:
                 added = row[f"{name}_vs_direct"]

@@ -253,3 +253,25 @@ def test_flags_get_fails_clearly_when_the_database_cannot_be_read(tmp_path: Path
     assert result.returncode == 1
     assert "cannot be read" in result.stderr and "Traceback" not in result.stderr
     assert "memory: on" not in result.stdout
+
+
+def test_serve_bounds_the_shutdown_grace_of_open_streams(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`serve` gives uvicorn a graceful-shutdown timeout: on SIGTERM an open turn's stream is
+    cancelled once it has passed (tests/unit/test_sse_response.py shows the stream then ends),
+    instead of the server waiting for every open stream without a bound."""
+    import uvicorn
+
+    from app.cli import SHUTDOWN_GRACE_SECONDS, main
+    from app.settings import get_settings
+
+    for name, value in _environment(tmp_path, MEMORY_ENABLED="true").items():
+        monkeypatch.setenv(name, value)  # restored after the test, unlike serve's own defaults
+    served: dict[str, object] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.update(options))
+    try:
+        assert main(["serve", "--port", str(free_port())]) == 0
+    finally:
+        get_settings.cache_clear()
+    assert served["timeout_graceful_shutdown"] == SHUTDOWN_GRACE_SECONDS > 0

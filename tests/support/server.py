@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import uvicorn
@@ -21,6 +21,16 @@ def free_port() -> int:
 @contextmanager
 def live_server(app: FastAPI, *, port: int | None = None) -> Iterator[str]:
     """Serve `app` in a background thread; yields its base URL; stops it on exit."""
+    with running_server(app, port=port) as (url, _stop):
+        yield url
+
+
+@contextmanager
+def running_server(
+    app: FastAPI, *, port: int | None = None, graceful_seconds: int = 5
+) -> Iterator[tuple[str, Callable[[], None]]]:
+    """`live_server` that also yields `stop`: the shutdown a signal starts (open responses get
+    `graceful_seconds`, then their tasks are cancelled), returning once the server has ended."""
     port = port or free_port()
     config = uvicorn.Config(
         app,
@@ -28,7 +38,7 @@ def live_server(app: FastAPI, *, port: int | None = None) -> Iterator[str]:
         port=port,
         log_config=None,
         lifespan="on",
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=graceful_seconds,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
@@ -38,8 +48,12 @@ def live_server(app: FastAPI, *, port: int | None = None) -> Iterator[str]:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
+
+    def stop() -> None:
         server.should_exit = True
         thread.join(timeout=15)
+
+    try:
+        yield f"http://127.0.0.1:{port}", stop
+    finally:
+        stop()

@@ -1,31 +1,35 @@
-"""The lean SSE response behaves as sse-starlette's own, with one helper task instead of four:
-the same bytes, a disconnect closes the body (so the turn is cancelled) and the response ends
-quietly, keep-alive pings keep coming, a client that stops reading is gone after the send
-timeout (for an event and for a ping), and a server shutdown ends the stream. Each invariant
-runs against both classes, so a difference is a failure."""
+"""Our SSE response behaves as sse-starlette's own with one helper task instead of four: the
+same bytes and headers, a disconnect closes the body (so the turn is cancelled) and the response
+ends quietly, keep-alive pings keep coming and never cut into an event, a client that stops
+reading is gone after the send timeout (for an event and for a ping), and a server shutdown
+ends the stream once the server's grace has passed. The invariants shared with sse-starlette
+run against both classes, so a difference is a failure."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
-import sse_starlette.sse
+from fastapi import FastAPI
 from sse_starlette import EventSourceResponse
-from sse_starlette.sse import AppStatus, SendTimeoutError
+from starlette.responses import Response
 from starlette.types import Message
 
-from app.api.sse import LeanEventSourceResponse
+from app.api.sse import EventStreamResponse
+from tests.support.server import running_server
 
 RESPONSES = [
     pytest.param(EventSourceResponse, id="sse-starlette"),
-    pytest.param(LeanEventSourceResponse, id="lean"),
+    pytest.param(EventStreamResponse, id="ours"),
 ]
 SCOPE: dict[str, Any] = {"type": "http", "method": "POST", "path": "/v1/chat", "headers": []}
-PING = re.compile(rb"^: ping - \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+\+00:00\r\n\r\n$")
+PING = re.compile(rb"^: ping - \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+\+00:00(\r\n\r\n|\n\n)$")
 WAIT_SECONDS = 5.0
 
 
@@ -67,7 +71,7 @@ class Body:
 
     def __init__(self, *items: bytes) -> None:
         self.items = items
-        self.closed = False
+        self.closed = threading.Event()
 
     async def __call__(self) -> AsyncIterator[bytes]:
         try:
@@ -75,25 +79,30 @@ class Body:
                 yield item
             await asyncio.Event().wait()
         finally:
-            self.closed = True
+            self.closed.set()
 
 
-@pytest.fixture(autouse=True)
-def fresh_shutdown_state(monkeypatch: pytest.MonkeyPatch) -> None:
-    # sse-starlette keeps one shutdown watcher per thread; each test runs its own event loop.
-    monkeypatch.setattr(sse_starlette.sse, "_thread_state", threading.local())
-    monkeypatch.setattr(AppStatus, "should_exit", False)
+async def finite() -> AsyncIterator[bytes]:
+    yield b"event: start\r\ndata: {}\r\n\r\n"
+    yield b'event: delta\r\ndata: {"text":"hi"}\r\n\r\n'
 
 
-async def test_the_same_bytes_and_headers() -> None:
-    async def finite() -> AsyncIterator[bytes]:
-        yield b"event: start\r\ndata: {}\r\n\r\n"
-        yield b'event: delta\r\ndata: {"text":"hi"}\r\n\r\n'
-
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({"headers": {"Cache-Control": "no-store"}}, id="chat"),
+        pytest.param(
+            {"headers": {"x-vercel-ai-ui-message-stream": "v1", "cache-control": "no-cache"}},
+            id="ui-stream",
+        ),
+        pytest.param({"headers": None, "sep": "\n", "send_timeout": 30}, id="defaults"),
+    ],
+)
+async def test_the_same_bytes_and_headers(options: dict[str, Any]) -> None:
     sent = []
-    for response_class in (EventSourceResponse, LeanEventSourceResponse):
+    for response_class in (EventSourceResponse, EventStreamResponse):
         client = Client()
-        response = response_class(finite(), ping=15, headers={"Cache-Control": "no-store"})
+        response = response_class(finite(), ping=15, **options)
         await response(SCOPE, client.receive, client.send)
         sent.append(client.sent)
     assert sent[0] == sent[1]
@@ -102,7 +111,7 @@ async def test_the_same_bytes_and_headers() -> None:
 
 @pytest.mark.parametrize("response_class", RESPONSES)
 async def test_a_disconnect_closes_the_body_and_ends_quietly(
-    response_class: type[EventSourceResponse],
+    response_class: type[EventStreamResponse],
 ) -> None:
     client, body = Client(), Body(b"data: 1\r\n\r\n")
     response = response_class(body(), ping=15, send_timeout=30)
@@ -111,65 +120,104 @@ async def test_a_disconnect_closes_the_body_and_ends_quietly(
     client.gone.set()
     async with asyncio.timeout(WAIT_SECONDS):
         await serving  # returns normally: no error for the ASGI server to log
-    assert body.closed
+    assert body.closed.is_set()
 
 
+@pytest.mark.parametrize("sep", ["\r\n", "\n"])
 @pytest.mark.parametrize("response_class", RESPONSES)
 async def test_pings_keep_coming_while_the_body_is_idle(
-    response_class: type[EventSourceResponse],
+    response_class: type[EventStreamResponse], sep: str
 ) -> None:
     client, body = Client(), Body()
-    response = response_class(body(), ping=0.02, send_timeout=30)
+    response = response_class(body(), ping=0.02, send_timeout=30, sep=sep)
     serving = asyncio.create_task(response(SCOPE, client.receive, client.send))
     await client.until(lambda: client.pings() >= 3)
-    assert all(PING.match(b) for b in client.bodies), client.bodies
+    assert all(PING.match(b) and b.endswith(sep.encode() * 2) for b in client.bodies)
     client.gone.set()
     async with asyncio.timeout(WAIT_SECONDS):
         await serving
-    assert body.closed
+    assert body.closed.is_set()
+
+
+async def test_a_ping_due_during_an_event_waits_for_its_last_byte() -> None:
+    """The event's send is held open while a ping falls due: the ping is sent after it, never
+    inside it (both go down one connection)."""
+    release = asyncio.Event()
+    sending: list[bytes] = []
+    overlapped: list[bytes] = []
+
+    class SlowClient(Client):
+        async def send(self, message: Message) -> None:
+            body = message.get("body", b"")
+            if sending:
+                overlapped.append(body)
+            sending.append(body)
+            if body.startswith(b"data: 1"):
+                # The loop fires timers in deadline order, and the ping's was armed before
+                # this send began: it falls due, and its task runs, while the event is held.
+                asyncio.get_running_loop().call_later(0.05, release.set)
+                await release.wait()
+            sending.pop()
+            await super().send(message)
+
+    client, body = SlowClient(), Body(b"data: 1\r\n\r\n")
+    response = EventStreamResponse(body(), ping=0.01, send_timeout=30)
+    serving = asyncio.create_task(response(SCOPE, client.receive, client.send))
+    await client.until(lambda: client.pings() >= 1)
+    client.gone.set()
+    async with asyncio.timeout(WAIT_SECONDS):
+        await serving
+    assert overlapped == []
+    assert client.bodies[0] == b"data: 1\r\n\r\n"
 
 
 @pytest.mark.parametrize("response_class", RESPONSES)
 @pytest.mark.parametrize("stalls_on", ["event", "ping"])
 async def test_a_client_that_stops_reading_is_gone_after_the_send_timeout(
-    response_class: type[EventSourceResponse], stalls_on: str
+    response_class: type[EventStreamResponse], stalls_on: str
 ) -> None:
     client = Client()
     client.stalled = True
     body = Body(b"data: 1\r\n\r\n") if stalls_on == "event" else Body()
     ping = 15 if stalls_on == "event" else 0.02
     response = response_class(body(), ping=ping, send_timeout=0.05)
-    with pytest.raises(SendTimeoutError):
+    with pytest.raises(TimeoutError):  # each library's SendTimeoutError is a TimeoutError
         async with asyncio.timeout(WAIT_SECONDS):
             await response(SCOPE, client.receive, client.send)
-    assert body.closed
+    assert body.closed.is_set()
 
 
 @pytest.mark.parametrize("response_class", RESPONSES)
-async def test_a_server_shutdown_ends_the_stream(
-    response_class: type[EventSourceResponse],
-) -> None:
-    client, body = Client(), Body(b"data: 1\r\n\r\n")
-    response = response_class(body(), ping=15, send_timeout=30)
-    serving = asyncio.create_task(response(SCOPE, client.receive, client.send))
-    await client.until(lambda: len(client.bodies) == 1)
-    AppStatus.should_exit = True  # what uvicorn's exit handler sets (patched by sse-starlette)
-    async with asyncio.timeout(WAIT_SECONDS):
-        await serving
-    assert body.closed
+def test_a_server_shutdown_ends_the_stream(response_class: type[EventStreamResponse]) -> None:
+    """uvicorn, asked to stop (as by SIGTERM), lets the open stream run for its graceful
+    timeout, then cancels it: the body is closed, so the turn is cancelled."""
+    body = Body(b"data: 1\r\n\r\n")
+    app = FastAPI()
+
+    @app.post("/stream")
+    async def stream() -> Response:
+        return response_class(body(), ping=15, send_timeout=30)
+
+    with running_server(app, graceful_seconds=1) as (url, stop), httpx.Client() as http:
+        with http.stream("POST", f"{url}/stream", timeout=WAIT_SECONDS * 2) as response:
+            chunks = response.iter_raw()
+            assert next(chunks) == b"data: 1\r\n\r\n"
+            stopping = threading.Thread(target=stop)
+            stopping.start()
+            with contextlib.suppress(httpx.RemoteProtocolError):  # a stream cut short
+                for _ in chunks:
+                    pass
+        stopping.join()
+    assert body.closed.wait(WAIT_SECONDS)
 
 
-async def test_an_idle_lean_stream_keeps_one_helper_task() -> None:
+async def test_an_idle_stream_keeps_one_helper_task() -> None:
     client, body = Client(), Body(b"data: 1\r\n\r\n")
     before = asyncio.all_tasks()
-    response = LeanEventSourceResponse(body(), ping=15, send_timeout=30)
+    response = EventStreamResponse(body(), ping=15, send_timeout=30)
     serving = asyncio.create_task(response(SCOPE, client.receive, client.send))
     await client.until(lambda: len(client.bodies) == 1)
-    helpers = [
-        task
-        for task in asyncio.all_tasks() - before - {serving}
-        if task.get_coro().__qualname__ != "_shutdown_watcher"  # one per event loop, shared
-    ]
+    helpers = list(asyncio.all_tasks() - before - {serving})
     assert len(helpers) == 1, helpers  # the disconnect listener; the ping is a timer
     client.gone.set()
     async with asyncio.timeout(WAIT_SECONDS):
