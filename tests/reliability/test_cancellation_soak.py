@@ -164,7 +164,8 @@ def test_cut_turns_commit_nothing_and_committed_turns_are_stored(
         pending = list(turns)
         while pending:
             pending = [plan for plan in pending if not turn_ended(url, plan)]
-            assert time.monotonic() < deadline, f"{len(pending)} turns never ended"
+            # Only turns still pending after the deadline fail (a last pass may end late).
+            assert not pending or time.monotonic() < deadline, f"{len(pending)} turns never ended"
             if pending:
                 time.sleep(0.1)
         # Every turn has ended. Open the gates the cut turns never passed: a turn the server
