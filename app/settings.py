@@ -71,6 +71,11 @@ class Settings(BaseSettings):
     llm_timeout_seconds: float = Field(default=60.0, gt=0, le=600)
     llm_max_rounds: int = Field(default=6, ge=1, le=20)
     llm_max_tokens: int | None = Field(default=None, ge=1)
+    # Bounds on what one streamed model round may make the service hold (docs/operations.md).
+    llm_max_event_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+    llm_max_tool_calls: int = Field(default=16, ge=1, le=256)
+    # At most the tools' own parse bound (app/agent/tools.py, MAX_ARGUMENT_CHARS): it only lowers.
+    llm_max_tool_argument_chars: int = Field(default=65_536, ge=1024, le=65_536)
     offline_model_delay_ms: int = Field(default=15, ge=0, le=5000)
     turn_timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
 
