@@ -56,6 +56,11 @@ class Settings(BaseSettings):
 
     # HTTP
     max_request_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+    # Reading a request off the socket (app/http_protocol.py): its line and headers, in bytes;
+    # the time from its first byte to the end of its head; from there to the end of its body.
+    http_max_header_bytes: int = Field(default=65_536, ge=1024, le=16 * 1_048_576)
+    http_header_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    http_body_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     # Browser origins allowed to call /openai/v1 (e.g. Open WebUI's Direct Connections); none
     # by default, and no other prefix ever answers CORS.
     openai_cors_origins: Annotated[tuple[str, ...], NoDecode] = ()

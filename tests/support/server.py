@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -19,8 +20,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def live_server(app: FastAPI, *, port: int | None = None) -> Iterator[str]:
-    """Serve `app` in a background thread; yields its base URL; stops it on exit."""
+def live_server(
+    app: FastAPI, *, port: int | None = None, http: type[asyncio.Protocol] | str = "auto"
+) -> Iterator[str]:
+    """Serve `app` in a background thread; yields its base URL; stops it on exit. `http` is
+    uvicorn's protocol (e.g. a `BoundedHttpProtocol` with a test's own bounds)."""
     port = port or free_port()
     config = uvicorn.Config(
         app,
@@ -29,6 +33,7 @@ def live_server(app: FastAPI, *, port: int | None = None) -> Iterator[str]:
         log_config=None,
         lifespan="on",
         timeout_graceful_shutdown=5,
+        http=http,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
