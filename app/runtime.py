@@ -66,7 +66,7 @@ def build_runtime(
         # Agents are built lazily on first use; `model_transport` lets tests script the model.
         agents=AgentRegistry(settings, model_transport=model_transport),
         conversations=ConversationService(engine, search_config=settings.search_postgres_config),
-        control=MemoryControl(engine),
+        control=MemoryControl(engine, page_rows=settings.export_page_rows),
     )
 
 
