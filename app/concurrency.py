@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 import anyio
 
+from app.db.admission import admitted
+
 T = TypeVar("T")
 
 # The executor `to_thread` submits to, per event loop (set with `use_executor`).
@@ -34,7 +36,14 @@ async def to_thread(func: Callable[..., T], /, *args: Any) -> T:
     one: `asyncio.wrap_future` adds its callback under that future's lock, which the worker
     thread takes as it starts the call, so the event loop often blocked on that lock and then
     waited for the GIL the worker held (0.16 ms of the loop's time per call in a profile at four
-    concurrent turns; docs/performance.md). Here the worker hands its outcome to the loop."""
+    concurrent turns; docs/performance.md). Here the worker hands its outcome to the loop.
+
+    The call first takes its worker slot (`app.db.admission`), unless its caller holds one."""
+    async with admitted():
+        return await _run_in_worker(func, *args)
+
+
+async def _run_in_worker(func: Callable[..., T], /, *args: Any) -> T:
     loop = asyncio.get_running_loop()
     executor = _executors.get(loop)
     if executor is None:  # a loop nobody sized (a script, a test without the runtime)

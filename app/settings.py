@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     db_lock_timeout_seconds: float = Field(default=5.0, ge=1, le=3600)
     db_operation_timeout_seconds: float = Field(default=30.0, ge=1, le=7200)
     readiness_timeout_seconds: float = Field(default=3.0, ge=0.1, le=60)
+    # Database work waits in line for a worker (app/db/admission.py): at most this many calls,
+    # each at most this long, before `503 database_busy`; the wait is not a hang's deadline.
+    db_queue_limit: int = Field(default=2000, ge=1, le=1_000_000)
+    db_queue_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
 
     # Identity
     auth_mode: Literal["dev", "oidc"] = "dev"

@@ -15,7 +15,8 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from app.api.bodies import body_error, is_undecodable, not_json
-from app.api.openai_errors import CLIENT_CLOSED, OPENAI_PREFIX, openai_http_error
+from app.api.openai_errors import BUSY_HEADERS, CLIENT_CLOSED, OPENAI_PREFIX, openai_http_error
+from app.db.admission import DatabaseBusyError
 from app.errors import AppError
 
 logger = structlog.get_logger(__name__)
@@ -84,6 +85,15 @@ def install(app: FastAPI) -> None:
         # so it is logged as a fact, without a traceback.
         logger.info("request.client_left", route=_route(request))
         return Response(status_code=CLIENT_CLOSED)
+
+    @app.exception_handler(DatabaseBusyError)
+    async def _busy(request: Request, _error: DatabaseBusyError) -> JSONResponse:
+        # Every worker is busy and the line is full (or was waited in too long): a healthy
+        # database under load, so the client is asked to come back, not told it is down.
+        logger.warning("request.database_busy", route=_route(request))
+        return error_response(
+            503, "database_busy", "The service is busy; retry shortly.", BUSY_HEADERS
+        )
 
     @app.exception_handler(SQLAlchemyError)
     async def _database(request: Request, error: SQLAlchemyError) -> JSONResponse:
