@@ -14,6 +14,7 @@ passes it, and `uvicorn app.main:app --http app.http_protocol:BoundedHttpProtoco
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
@@ -22,7 +23,7 @@ import structlog
 from uvicorn.config import HTTP_PROTOCOLS
 from uvicorn.importer import import_from_string
 
-from app.settings import Settings, get_settings
+from app.settings import Settings, load_settings
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +59,12 @@ class HttpLimits:
         )
 
 
+@functools.cache
+def configured_limits() -> HttpLimits:
+    """The limits of this process's environment, read once (the settings the app reads too)."""
+    return HttpLimits.from_settings(load_settings())
+
+
 class BoundedHttpProtocol(asyncio.Protocol):
     """uvicorn's HTTP protocol, fed only what passes the bounds. A head still incomplete past
     the size or time bound is answered `431` or `408` (on a connection's first request; later
@@ -70,7 +77,7 @@ class BoundedHttpProtocol(asyncio.Protocol):
     def __init__(self, **uvicorn_arguments: Any) -> None:
         inner_class = import_from_string(HTTP_PROTOCOLS["auto"])
         self.inner: asyncio.Protocol = inner_class(**uvicorn_arguments)
-        self.bounds = type(self).limits or HttpLimits.from_settings(get_settings())
+        self.bounds = type(self).limits or configured_limits()
         loop = uvicorn_arguments.get("_loop")
         self.loop: asyncio.AbstractEventLoop = loop or asyncio.get_event_loop()
         self.transport: asyncio.Transport | None = None

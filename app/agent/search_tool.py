@@ -78,7 +78,9 @@ class SearchToolResult:
 
 
 # What this tool's arguments look like, for the model when it sent something else.
-SEARCH_SHAPE = '{"query": "words", "limit": 5} (limit optional)'
+SEARCH_SHAPE = (
+    f"one JSON object with a 'query' string of words and an optional 'limit' (1 to {MAX_LIMIT})"
+)
 
 
 def parse_search_arguments(

@@ -37,7 +37,7 @@ MAX_ARGUMENT_CHARS = 64 * 1024
 MAX_ARGUMENT_DEPTH = 8
 # What the memory tool's arguments look like, for the model when it sent something else.
 OPERATIONS_SHAPE = (
-    '{"operations": [{"target": ..., "action": ..., "match": ..., "content": ...}]} '
+    "one JSON object with an 'operations' array of objects (target, action, match, content) "
     "with plain string values"
 )
 

@@ -178,7 +178,7 @@ def test_bad_arguments_are_rejected_and_nothing_found_is_none(engine: Engine, db
     assert all(o["result_count"] == 0 for o in outcomes)
     # Invariant: the invalid-JSON reason names this tool's own arguments, not the memory tool's.
     invalid = tool_answer(model, 5)["message"]
-    assert '"query"' in invalid and "operations" not in invalid
+    assert "'query'" in invalid and "operations" not in invalid
     model.assert_done()
 
 
