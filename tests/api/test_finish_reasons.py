@@ -6,6 +6,9 @@ error (nothing staged, nothing shown)."""
 
 from __future__ import annotations
 
+import json
+
+import httpx
 import openai
 import pytest
 from sqlalchemy import Engine
@@ -123,3 +126,41 @@ def test_the_openai_route_fails_the_same_way(engine: Engine, db_url: str) -> Non
     assert "stop" not in finishes
     assert memory_rows(engine) == 0
     model.assert_done()
+
+
+class MalformedPrimary(httpx.AsyncBaseTransport):
+    """The primary model answers 200 with `body` (a stream no model should send); any other
+    model is served by `fallback`."""
+
+    def __init__(self, body: bytes, fallback: httpx.AsyncBaseTransport) -> None:
+        self.body = body
+        self.fallback = fallback
+        self.primary_calls = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if json.loads(await request.aread()).get("model") == "primary":
+            self.primary_calls += 1
+            headers = {"content-type": "text/event-stream"}
+            return httpx.Response(200, headers=headers, content=self.body)
+        return await self.fallback.handle_async_request(request)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"data: not json\n\n", id="non-json-data-line"),
+        pytest.param(b'data: {"choices": "x"}\n\n', id="chunk-of-the-wrong-shape"),
+    ],
+)
+def test_a_malformed_stream_is_broken_and_the_fallback_answers(db_url: str, body: bytes) -> None:
+    """Invariant: a harmless but malformed stream is `model_stream_broken` (never an internal
+    error), so with nothing staged or shown the fallback model answers the turn."""
+    fallback = ScriptedModel([Text("Answered by the fallback.")], name="fallback")
+    transport = MalformedPrimary(body, fallback.transport())
+    settings = api_settings(db_url, llm_model="primary", llm_fallback_model="fallback")
+    with serve_with_model(settings, transport=transport) as url:  # type: ignore[arg-type]
+        _, events = post_chat(url, dev_auth("alice"), {"message": "hello"})
+    assert transport.primary_calls == 1
+    assert text_of(events) == "Answered by the fallback."
+    assert events[-1].data == {"finish_reason": "stop"}
+    fallback.assert_done()
