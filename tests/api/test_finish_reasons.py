@@ -2,7 +2,7 @@
 ends with any other finish reason (`error`, `content_filter`, one we do not know) is a failed
 round, on `/v1/chat` and `/openai/v1` alike, through real uvicorn on every dialect: nothing is
 committed, the client gets an `error`, and the fallback runs only as it does for a model
-error (nothing staged, nothing shown)."""
+error (nothing staged, nothing shown). A malformed stream is a broken one, under the same rule."""
 
 from __future__ import annotations
 
