@@ -54,6 +54,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from app.db.engine import build_engine, migration_limits
     from app.db.migrate import upgrade
+    from app.http_protocol import PROTOCOL_PATH
     from app.memory.flags import MEMORY_FLAG, seed_flag
 
     for name, value in SERVE_DEFAULTS.items():
@@ -84,6 +85,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         workers=args.workers,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+        http=PROTOCOL_PATH,  # bounded request heads and bodies (app/http_protocol.py)
     )
     return 0
 

@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 
 import anyio
 
+from app.db.admission import admitted
+
 T = TypeVar("T")
 
 # The executor `to_thread` submits to, per event loop (set with `use_executor`).
@@ -35,7 +37,14 @@ async def to_thread(func: Callable[..., T], /, *args: Any) -> T:
     thread takes as it starts the call, so the event loop often blocked on that lock and then
     waited for the GIL the worker held. Here the worker hands its outcome to the loop. Kept over
     anyio's `to_thread.run_sync` with a `CapacityLimiter` because it costs the loop less per hop
-    (`scripts/bench/to_thread.py`; the figures are in docs/performance.md)."""
+    (`scripts/bench/to_thread.py`; the figures are in docs/performance.md).
+
+    The call first takes its worker slot (`app.db.admission`), unless its caller holds one."""
+    async with admitted():
+        return await _run_in_worker(func, *args)
+
+
+async def _run_in_worker(func: Callable[..., T], /, *args: Any) -> T:
     loop = asyncio.get_running_loop()
     executor = _executors.get(loop)
     if executor is None:  # a loop nobody sized (a script, a test without the runtime)

@@ -14,6 +14,7 @@ from app.agent.agents import AgentRegistry
 from app.api.auth import DevTokens, TokenVerifier, build_verifier
 from app.concurrency import use_executor
 from app.conversations.service import ConversationService
+from app.db.admission import Admission, use_admission
 from app.db.engine import DatabaseLimits, build_engine, database_limits
 from app.memory.control import MemoryControl
 from app.memory.flags import FlagStore
@@ -46,7 +47,7 @@ def build_runtime(
     verifier, dev_tokens = build_verifier(settings)
     limits = database_limits(settings)
     engine = build_engine(settings.database_url, limits)
-    size_worker_threads(limits)
+    size_worker_threads(limits, settings)
     return Runtime(
         settings=settings,
         engine=engine,
@@ -70,7 +71,7 @@ def build_runtime(
             search_config=settings.search_postgres_config,
             durable=settings.transcript_commit == "durable",
         ),
-        control=MemoryControl(engine),
+        control=MemoryControl(engine, page_rows=settings.export_page_rows),
     )
 
 
@@ -82,7 +83,7 @@ def write_limits(settings: Settings) -> WriteLimits:
     )
 
 
-def size_worker_threads(limits: DatabaseLimits) -> None:
+def size_worker_threads(limits: DatabaseLimits, settings: Settings) -> None:
     """Give the running loop's database calls (`app.concurrency.to_thread`, and the loop's default
     executor) one worker thread per pooled connection.
 
@@ -97,3 +98,12 @@ def size_worker_threads(limits: DatabaseLimits) -> None:
     except RuntimeError:  # built outside an event loop (a script): nothing to size
         return
     use_executor(ThreadPoolExecutor(max_workers=limits.connections, thread_name_prefix="db-worker"))
+    # One slot per worker thread: admitted work never waits in the executor's own queue, whose
+    # wait would count against the deadlines meant for a database that hangs.
+    use_admission(
+        Admission(
+            limits.connections,
+            queue_limit=settings.db_queue_limit,
+            wait_seconds=settings.db_queue_timeout_seconds,
+        )
+    )

@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     # What stands between the service and PostgreSQL: "transaction" behind a transaction-mode
     # pooler such as PgBouncer (docs/operations-deployment.md).
     db_pooler: Literal["none", "transaction"] = "none"
+    # Database work waits in line for a worker (app/db/admission.py): at most this many calls,
+    # each at most this long, before `503 database_busy`; the wait is not a hang's deadline.
+    db_queue_limit: int = Field(default=2000, ge=1, le=1_000_000)
+    db_queue_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
 
     # Identity
     auth_mode: Literal["dev", "oidc"] = "dev"
@@ -59,6 +63,11 @@ class Settings(BaseSettings):
 
     # HTTP
     max_request_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+    # Reading a request off the socket (app/http_protocol.py): its line and headers, in bytes;
+    # the time from its first byte to the end of its head; from there to the end of its body.
+    http_max_header_bytes: int = Field(default=65_536, ge=1024, le=16 * 1_048_576)
+    http_header_timeout_seconds: float = Field(default=10.0, gt=0, le=600)
+    http_body_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     # Browser origins allowed to call /openai/v1 (e.g. Open WebUI's Direct Connections); none
     # by default, and no other prefix ever answers CORS.
     openai_cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
@@ -74,6 +83,11 @@ class Settings(BaseSettings):
     llm_timeout_seconds: float = Field(default=60.0, gt=0, le=600)
     llm_max_rounds: int = Field(default=6, ge=1, le=20)
     llm_max_tokens: int | None = Field(default=None, ge=1)
+    # Bounds on what one streamed model round may make the service hold (docs/operations.md).
+    llm_max_event_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+    llm_max_tool_calls: int = Field(default=16, ge=1, le=256)
+    # At most the tools' own parse bound (app/agent/tools.py, MAX_ARGUMENT_CHARS): it only lowers.
+    llm_max_tool_argument_chars: int = Field(default=65_536, ge=1024, le=65_536)
     offline_model_delay_ms: int = Field(default=15, ge=0, le=5000)
     turn_timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
 
@@ -85,6 +99,9 @@ class Settings(BaseSettings):
     memory_history_limit: int = Field(default=200, ge=1, le=100_000)
     memory_proposal_limit: int = Field(default=20, ge=1, le=1000)
     memory_proposal_ttl_hours: float = Field(default=168.0, gt=0, le=24 * 366)
+    # GET /v1/memory/export reads and writes this many rows at a time (history, conversations,
+    # messages): its memory is bounded by a page, whatever the transcript's size.
+    export_page_rows: int = Field(default=200, ge=1, le=10_000)
     prompt_version: str = Field(default="v3", pattern=r"^v\d+$")
     eval_prompt_version: str = Field(default="v1", pattern=r"^v\d+$")
     history_messages: int = Field(default=20, ge=0, le=200)

@@ -47,7 +47,9 @@ class CommitPoint:
         answer and discards what it staged (`failed`, with that reason)."""
         ledger = ctx.ledger
         if ledger is None or not ledger.staged:
-            return self._seal(finish, "none", ctx.baseline)
+            # Without a read, the baseline's counts are not the stored ones: none are claimed.
+            known = ctx.baseline if ctx.baseline_read else None
+            return self._seal(finish, "none", known)
         ctx.ledger = None  # from here on nothing more is staged, and a failure discards it
         if finish != "stop":
             report_commit(ledger, "failed", ctx.baseline, reason=finish)
@@ -127,11 +129,12 @@ class CommitPoint:
         self,
         finish: FinishReason,
         outcome: CommitOutcome,
-        snapshot: Snapshot,
+        snapshot: Snapshot | None,
         *,
         reason: str | None = None,
     ) -> Settled:
-        self.settled = Settled(finish, MemoryEvent(outcome, snapshot.usage(), reason=reason))
+        usage = snapshot.usage() if snapshot is not None else None
+        self.settled = Settled(finish, MemoryEvent(outcome, usage, reason=reason))
         return self.settled
 
 

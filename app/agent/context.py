@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from app.agent.events import TranscriptStatus
 from app.concurrency import CancelFlag
 from app.conversations.service import ConversationService
 from app.memory.ledger import MemoryLedger
@@ -28,7 +29,9 @@ class TurnContext:
     memory was read successfully and the flag is on, so it alone decides whether this turn may
     stage writes: a read error never yields an empty writable snapshot. `baseline` is the
     snapshot read at turn start (also while the flag is off, for the counts users see; empty
-    when it could not be read). `opened_at` is when the turn began, on the flag store's clock.
+    when it could not be read, and then `baseline_read` is False: its counts are not the stored
+    ones). `opened_at` is when the turn began, on the flag store's clock. `transcript_status`
+    says whether the user's message was stored (the client is told in `start`).
     """
 
     turn_id: str
@@ -37,6 +40,8 @@ class TurnContext:
     memory_status: MemoryStatus
     ledger: MemoryLedger | None
     baseline: Snapshot = field(default_factory=Snapshot)
+    baseline_read: bool = True
+    transcript_status: TranscriptStatus = "disabled"
     cancel_event: CancelFlag = field(default_factory=CancelFlag)
     opened_at: float | None = None
     rejected_calls: int = 0

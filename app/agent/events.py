@@ -13,6 +13,10 @@ ToolOutcome = Literal["staged", "rejected", "unavailable", "found", "none"]
 SEARCH_TOOL_NAME = "conversation_search"
 CommitOutcome = Literal["committed", "proposed", "none", "failed"]
 FinishReason = Literal["stop", "length", "tool_limit"]
+# Whether the turn's messages are being stored: `unavailable` is told in `start`, before any
+# answer, when the user's message could not be stored (the turn still answers); `disabled` on
+# the routes that store no transcript.
+TranscriptStatus = Literal["stored", "unavailable", "disabled"]
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,7 @@ class StartEvent:
     conversation_id: str | None
     turn_id: str
     memory_status: MemoryStatus
+    transcript_status: TranscriptStatus = "disabled"
     name: Literal["start"] = "start"
 
     def data(self) -> dict[str, Any]:
@@ -27,6 +32,7 @@ class StartEvent:
             "conversation_id": self.conversation_id,
             "turn_id": self.turn_id,
             "memory": {"status": self.memory_status},
+            "transcript": {"status": self.transcript_status},
         }
 
 
@@ -64,16 +70,23 @@ class ToolEvent:
 
 @dataclass(frozen=True)
 class MemoryEvent:
-    """What became of the turn's staged edits; the counts are those of the stored memory.
-    `reason` (a stable code, never content) says why a staged batch was not committed."""
+    """What became of the turn's staged edits; the counts are those of the stored memory, or
+    None (sent as null) when memory could not be read: no count is then known, and zeros would
+    claim an empty memory. `reason` (a stable code, never content) says why a staged batch was
+    not committed."""
 
     outcome: CommitOutcome
-    usage: MemoryUsage
+    usage: MemoryUsage | None
     reason: str | None = None
     name: Literal["memory"] = "memory"
 
     def data(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"outcome": self.outcome, **self.usage.counts()}
+        counts = (
+            self.usage.counts()
+            if self.usage is not None
+            else {"user_characters": None, "memory_characters": None}
+        )
+        data: dict[str, Any] = {"outcome": self.outcome, **counts}
         if self.reason is not None:
             data["reason"] = self.reason
         return data

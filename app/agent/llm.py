@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,9 +53,22 @@ FailureCode = Literal["model_error", "model_stream_broken"]
 
 @dataclass(frozen=True)
 class ToolCallRequest:
+    """One tool call of a round. `oversized`: its arguments passed LLM_MAX_TOOL_ARGUMENT_CHARS
+    while streaming; they were dropped there (`arguments` is empty) and the call is refused."""
+
     id: str
     name: str
     arguments: str
+    oversized: bool = False
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    """Bounds on what one streamed round may make the service hold (the settings' defaults)."""
+
+    max_event_bytes: int = model_sse.MAX_EVENT_BYTES
+    max_tool_calls: int = 16
+    max_tool_argument_chars: int = 65_536
 
 
 @dataclass(frozen=True)
@@ -110,26 +124,48 @@ def _field(value: Any, name: str) -> Any:
     return value.get(name) if isinstance(value, Mapping) else getattr(value, name, None)
 
 
+class TooManyToolCalls(Exception):
+    """The round asked for more tool calls than LLM_MAX_TOOL_CALLS."""
+
+
 @dataclass
 class _Fragments:
-    """Tool-call pieces of one streamed round, assembled by their `index`."""
+    """Tool-call pieces of one streamed round, assembled by their `index`: at most
+    `limits.max_tool_calls` calls, each call's arguments kept up to
+    `limits.max_tool_argument_chars` (past that they are dropped as they come, not checked
+    after the whole round was held)."""
 
+    limits: StreamLimits = field(default_factory=StreamLimits)
     ids: dict[int, str] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)
     arguments: dict[int, list[str]] = field(default_factory=dict)
+    sizes: dict[int, int] = field(default_factory=dict)
+    oversized: set[int] = field(default_factory=set)
 
     def add(self, delta: Any) -> None:
         """One `tool_calls` delta: the wire's dict, or an object with those attributes."""
-        index = int(_field(delta, "index"))
-        if call_id := _field(delta, "id"):
-            self.ids[index] = call_id
+        index = _field(delta, "index")
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise model_sse.StreamError("a tool call without an integer index")
+        if index not in self.arguments:
+            if len(self.arguments) >= self.limits.max_tool_calls:
+                raise TooManyToolCalls
+            self.arguments[index], self.sizes[index] = [], 0
+        if isinstance(call_id := _field(delta, "id"), str) and call_id:
+            self.ids[index] = call_id[:_MAX_NAME_CHARS]
         function = _field(delta, "function")
-        if function is not None:
-            if name := _field(function, "name"):
-                self.names[index] = self.names.get(index, "") + name
-            if arguments := _field(function, "arguments"):
-                self.arguments.setdefault(index, []).append(arguments)
-        self.arguments.setdefault(index, [])
+        if function is None:
+            return
+        if isinstance(name := _field(function, "name"), str) and name:
+            self.names[index] = (self.names.get(index, "") + name)[:_MAX_NAME_CHARS]
+        arguments = _field(function, "arguments")
+        if isinstance(arguments, str) and arguments and index not in self.oversized:
+            self.sizes[index] += len(arguments)
+            if self.sizes[index] > self.limits.max_tool_argument_chars:
+                self.oversized.add(index)
+                self.arguments[index] = []  # dropped now: what follows is not kept either
+            else:
+                self.arguments[index].append(arguments)
 
     def calls(self) -> tuple[ToolCallRequest, ...]:
         return tuple(
@@ -137,33 +173,51 @@ class _Fragments:
                 id=self.ids.get(index, f"call_{index}"),
                 name=self.names.get(index, ""),
                 arguments="".join(self.arguments[index]),
+                oversized=index in self.oversized,
             )
             for index in sorted(self.arguments)
         )
 
 
+# A tool's name or a call's id longer than this is cut (no tool of ours has a long name).
+_MAX_NAME_CHARS = 256
+
+
 @dataclass
 class _Reading:
     """What one streamed round has said so far; each chunk is read in `add`, whose locals end
-    with it (an idle stream waits between two chunks)."""
+    with it (an idle stream waits between two chunks). A chunk of the wrong shape raises
+    `StreamError`; a usage report without its counts leaves the usage unknown."""
 
     text: list[str] = field(default_factory=list)
     fragments: _Fragments = field(default_factory=_Fragments)
     finish_reason: str | None = None
     usage: Usage | None = None
 
-    def add(self, chunk: Any, on_text: Callable[[str], None]) -> None:
-        if (counts := chunk.get("usage")) is not None:
-            self.usage = Usage(counts["prompt_tokens"], counts["completion_tokens"])
-        for choice in chunk.get("choices") or ():
+    def add(self, chunk: dict[str, Any], on_text: Callable[[str], None]) -> None:
+        if isinstance(counts := chunk.get("usage"), dict):
+            tokens = (counts.get("prompt_tokens"), counts.get("completion_tokens"))
+            known = all(isinstance(n, int) and not isinstance(n, bool) for n in tokens)
+            self.usage = Usage(*tokens) if known else None  # type: ignore[arg-type]
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise model_sse.StreamError("choices is not a list")
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise model_sse.StreamError("a choice is not an object")
             delta = choice.get("delta") or {}
-            if content := delta.get("content"):
+            if not isinstance(delta, dict):
+                raise model_sse.StreamError("a delta is not an object")
+            if isinstance(content := delta.get("content"), str) and content:
                 self.text.append(content)
                 on_text(content)
-            for tool_delta in delta.get("tool_calls") or ():
+            tool_deltas = delta.get("tool_calls") or []
+            if not isinstance(tool_deltas, list):
+                raise model_sse.StreamError("tool_calls is not a list")
+            for tool_delta in tool_deltas:
                 self.fragments.add(tool_delta)
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
+            if reason := choice.get("finish_reason"):
+                self.finish_reason = str(reason)[:_MAX_NAME_CHARS]
 
 
 class ModelClient:
@@ -176,11 +230,13 @@ class ModelClient:
         primary: str,
         fallback: str | None = None,
         max_tokens: int | None = None,
+        limits: StreamLimits | None = None,
     ) -> None:
         self.client = client
         self.primary = primary
         self.fallback = fallback
         self.max_tokens = max_tokens
+        self.limits = limits or StreamLimits()
 
     async def run_round(
         self,
@@ -256,11 +312,18 @@ class ModelClient:
         http = response.http_response
         http.request = type(http.request)(http.request.method, http.request.url)
         del request, response, body
-        reading = _Reading()
+        reading = _Reading(fragments=_Fragments(self.limits))
         try:
-            async for chunk in model_sse.chunks(_body(http)):
+            async for chunk in model_sse.chunks(_body(http), self.limits.max_event_bytes):
                 reading.add(chunk, on_text)
                 del chunk  # not kept while the next one is awaited
+        except TooManyToolCalls:
+            raise ModelFailure(
+                "model_error",
+                f"The model asked for more than {self.limits.max_tool_calls} tool calls in "
+                "one round.",
+                streamed=bool(reading.text),
+            ) from None
         except STREAM_ERRORS as error:
             name = "APIError" if isinstance(error, model_sse.StreamError) else type(error).__name__
             raise ModelFailure(
@@ -276,12 +339,38 @@ class ModelClient:
                 "The model stream ended without a finish reason.",
                 streamed=bool(reading.text),
             )
-        return RoundResult(
-            "".join(reading.text), reading.fragments.calls(), reading.finish_reason, reading.usage
-        )
+        calls = reading.fragments.calls()
+        if not round_finished(reading.finish_reason, bool(calls)):
+            raise ModelFailure(
+                "model_error",
+                f"The model's answer ended with finish reason {_shown(reading.finish_reason)}, "
+                "which is not a finished answer.",
+                streamed=bool(reading.text),
+            )
+        return RoundResult("".join(reading.text), calls, reading.finish_reason, reading.usage)
 
     async def aclose(self) -> None:
         await self.client.close()
+
+
+# The finish reasons of a round that ended as it should: an answer (`stop`), an answer cut at
+# its token limit (`length`, a documented final answer), or tool calls to run. Any other
+# (`error`, which some routers send for a failure midway; `content_filter`; a reason we do
+# not know) ends a failed round: nothing of the turn is committed.
+FINISHED = frozenset({"stop", "length", "tool_calls"})
+
+
+def round_finished(finish_reason: str, has_calls: bool) -> bool:
+    """Whether a round that ended with `finish_reason` may count: `tool_calls` only with
+    calls to run (without any it would read as an answer the model never gave)."""
+    if finish_reason == "tool_calls":
+        return has_calls
+    return finish_reason in FINISHED
+
+
+def _shown(finish_reason: str) -> str:
+    # The model's text: named only when it is one word (an error message must carry no content).
+    return repr(finish_reason) if re.fullmatch(r"[a-z_]{1,32}", finish_reason) else "(unknown)"
 
 
 def _body(http: httpx.Response) -> AsyncIterator[bytes]:
@@ -329,4 +418,9 @@ def build_model_client(
         primary=settings.llm_model,
         fallback=settings.llm_fallback_model,
         max_tokens=settings.llm_max_tokens,
+        limits=StreamLimits(
+            max_event_bytes=settings.llm_max_event_bytes,
+            max_tool_calls=settings.llm_max_tool_calls,
+            max_tool_argument_chars=settings.llm_max_tool_argument_chars,
+        ),
     )

@@ -17,36 +17,71 @@ DONE = "[DONE]"
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
+# The default bound on one line, and on one event's data, in bytes (LLM_MAX_EVENT_BYTES).
+MAX_EVENT_BYTES = 1_048_576
+
+
 class EventStream:
     """Bytes in, the `data` of each finished event out (multi-line data joined by newlines);
     comments, `event`, `id` and `retry` fields are read past, an event without data is skipped.
     Lines end with CRLF, LF or CR, and are decoded as UTF-8 once whole (no line break is ever
-    inside a character), so the bytes may be cut anywhere."""
+    inside a character), so the bytes may be cut anywhere.
 
-    __slots__ = ("data", "pending", "rest")
+    Linear and bounded: each piece is searched for line ends once, and an unfinished line is
+    kept as a list of its pieces, joined once when it ends (re-joining it on every piece was
+    quadratic: one 16 MiB line held the event loop for seconds). A line, or an event's data,
+    longer than `max_bytes` raises `StreamError` as soon as it gets there."""
 
-    def __init__(self) -> None:
+    __slots__ = ("cr", "data", "data_bytes", "max_bytes", "parts", "pending", "size")
+
+    def __init__(self, max_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.max_bytes = max_bytes
         self.data: list[str] = []
+        self.data_bytes = 0
         self.pending = False
-        self.rest = b""  # an unfinished line; a CR at the end may be half of a CRLF
+        self.parts: list[bytes] = []  # the unfinished line's pieces
+        self.size = 0  # their length
+        self.cr = False  # the last piece ended with a CR, which may be half of a CRLF
 
     def feed(self, piece: bytes) -> list[str]:
-        buffer = self.rest + piece
-        whole, self.rest = (buffer[:-1], b"\r") if buffer.endswith(b"\r") else (buffer, b"")
-        lines = _LINE_END.split(whole)
-        self.rest = lines.pop() + self.rest
-        return [data for line in lines if (data := self._line(line)) is not None]
+        if self.cr:
+            piece, self.cr = b"\r" + piece, False
+        if piece.endswith(b"\r"):
+            piece, self.cr = piece[:-1], True
+        lines = _LINE_END.split(piece)
+        tail = lines.pop()
+        found: list[str] = []
+        for line in lines:
+            if self.parts:
+                line = b"".join((*self.parts, line))
+                self.parts, self.size = [], 0
+            self._check(len(line))
+            if (data := self._line(line)) is not None:
+                found.append(data)
+        if tail:
+            self._check(self.size + len(tail))
+            self.parts.append(tail)
+            self.size += len(tail)
+        return found
 
     def end(self) -> list[str]:
         """At the end of the body: its unfinished line, then an event left without the blank
         line after it (the SDK's decoder yields it too)."""
         found: list[str] = []
-        if self.rest and (data := self._line(self.rest.removesuffix(b"\r"))) is not None:
+        rest = b"".join(self.parts)
+        if self.cr:
+            found.extend(self.feed(b"\n"))  # the held CR ends its line
+            rest = b""
+        elif rest and (data := self._line(rest)) is not None:
             found.append(data)
-        self.rest = b""
+        self.parts, self.size, self.cr = [], 0, False
         if (data := self._dispatch()) is not None:
             found.append(data)
         return found
+
+    def _check(self, size: int) -> None:
+        if size > self.max_bytes:
+            raise StreamError(f"a line of the model's stream exceeds {self.max_bytes} bytes")
 
     def _line(self, raw: bytes) -> str | None:
         if not raw:
@@ -56,21 +91,27 @@ class EventStream:
             return None
         name, _, value = line.partition(":")
         if name == "data":
+            self.data_bytes += len(raw)
+            if self.data_bytes > self.max_bytes:
+                raise StreamError(f"an event of the model's stream exceeds {self.max_bytes} bytes")
             self.data.append(value[1:] if value.startswith(" ") else value)
             self.pending = True
         return None
 
     def _dispatch(self) -> str | None:
         finished = "\n".join(self.data) if self.pending else None
-        self.data, self.pending = [], False
+        self.data, self.data_bytes, self.pending = [], 0, False
         return finished
 
 
-async def chunks(body: AsyncIterator[bytes]) -> AsyncIterator[Any]:
+async def chunks(
+    body: AsyncIterator[bytes], max_event_bytes: int = MAX_EVENT_BYTES
+) -> AsyncIterator[Any]:
     """Each chunk as parsed JSON, up to `[DONE]` (the rest is read, so the connection can be
-    reused, but not parsed). An event carrying `error` raises `StreamError`, as the SDK's
-    stream does."""
-    events = EventStream()
+    reused, but not parsed). An event carrying `error`, data that is not JSON, or a line or
+    event longer than `max_event_bytes` raises `StreamError`, as the SDK's stream does for
+    the first."""
+    events = EventStream(max_event_bytes)
     done = False
     async for piece in body:
         if done:
@@ -78,19 +119,25 @@ async def chunks(body: AsyncIterator[bytes]) -> AsyncIterator[Any]:
         for data in events.feed(piece):
             if done := data.startswith(DONE):
                 break
-            yield _checked(json.loads(data))
+            yield _checked(data)
     for data in () if done else events.end():
         if data.startswith(DONE):
             break
-        yield _checked(json.loads(data))
+        yield _checked(data)
 
 
-def _checked(chunk: Any) -> Any:
+def _checked(data: str) -> Any:
     # A function of its own, so the suspended generator above holds no parsed chunk.
-    if isinstance(chunk, dict) and chunk.get("error"):
+    try:
+        chunk = json.loads(data)
+    except (ValueError, RecursionError):
+        raise StreamError("the model sent data that is not JSON") from None
+    if not isinstance(chunk, dict):
+        raise StreamError("the model sent a chunk that is not a JSON object")
+    if chunk.get("error"):
         raise StreamError("the model sent an error event")
     return chunk
 
 
 class StreamError(Exception):
-    """The model reported an error inside its stream."""
+    """The model reported an error inside its stream, or the stream is not one we read."""

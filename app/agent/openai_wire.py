@@ -40,6 +40,7 @@ FAILURE_STATUS: dict[str, int] = {
     "model_error": 502,
     "model_stream_broken": 502,
     "timeout": 504,
+    "database_busy": 503,
 }
 SERVER_ERROR = "server_error"
 INVALID_REQUEST = "invalid_request_error"

@@ -9,8 +9,11 @@ from dataclasses import dataclass
 import structlog
 
 from app.agent.context import TurnContext
+from app.agent.events import TranscriptStatus
+from app.agent.failures import TurnFailure
 from app.agent.request import TurnRequest, TurnServices
 from app.concurrency import CancelFlag
+from app.db.admission import DatabaseBusyError, admitted
 from app.db.deadline import DeadlineExceededError, within
 from app.memory.ledger import MemoryLedger
 from app.memory.render import MemoryStatus
@@ -24,9 +27,14 @@ class _Memory:
     status: MemoryStatus
     snapshot: Snapshot
     ledger: MemoryLedger | None
+    read: bool = True  # False: `snapshot` is empty because memory could not be read
 
 
 _DISABLED = _Memory("disabled", Snapshot(), None)
+# The worker slots a turn's start holds (app/db/admission.py): the memory read (after the flag
+# read) and the user message's write run side by side.
+OPENING_SLOTS = 2
+BUSY_MESSAGE = "The service is too busy to start this turn; retry shortly."
 
 # The message write starts when the memory read has ended, or this long after it started if it
 # has not. Started together, the two ran their Python side by side in two worker threads, which
@@ -47,7 +55,27 @@ async def open_turn(
 ) -> TurnContext:
     """The flag and memory reads, then the user message's write (at the latest
     STORE_AFTER_SECONDS after the reads began: they are the time to first text), all by one
-    deadline, MEMORY_READ_TIMEOUT_SECONDS, so `start` never waits on a database that hangs."""
+    deadline, MEMORY_READ_TIMEOUT_SECONDS, so `start` never waits on a database that hangs.
+
+    The deadline starts once the turn holds its worker slots: waiting for them is a busy
+    database, bounded by DB_QUEUE_TIMEOUT_SECONDS and DB_QUEUE_LIMIT, past which the turn
+    fails with `database_busy` before anything is answered (a turn that cannot be stored is
+    never answered silently)."""
+    try:
+        async with admitted(OPENING_SLOTS):
+            return await _open(request, services, turn_id, uses_memory, cancel_event)
+    except DatabaseBusyError:
+        log.warning("turn.database_busy", turn_id=turn_id)
+        raise TurnFailure("database_busy", BUSY_MESSAGE) from None
+
+
+async def _open(
+    request: TurnRequest,
+    services: TurnServices,
+    turn_id: str,
+    uses_memory: bool,
+    cancel_event: CancelFlag,
+) -> TurnContext:
     flags = services.flags
     opened_at = flags.now() if flags is not None else None
     deadline = asyncio.get_running_loop().time() + services.settings.memory_read_timeout_seconds
@@ -57,7 +85,7 @@ async def open_turn(
     except asyncio.CancelledError:
         reading.cancel()
         raise
-    memory, conversation_id = await asyncio.gather(
+    memory, (conversation_id, transcript) = await asyncio.gather(
         reading, _store_message(request, services, turn_id, deadline)
     )
     log.info(
@@ -65,6 +93,7 @@ async def open_turn(
         turn_id=turn_id,
         conversation_id=conversation_id,
         memory_status=memory.status,
+        transcript_status=transcript,
         history_messages=len(request.history),
     )
     return TurnContext(
@@ -74,6 +103,8 @@ async def open_turn(
         memory_status=memory.status,
         ledger=memory.ledger,
         baseline=memory.snapshot,
+        baseline_read=memory.read,
+        transcript_status=transcript,
         cancel_event=cancel_event,
         opened_at=opened_at,
         search=services.search if request.user_id is not None else None,
@@ -93,12 +124,13 @@ async def _load_memory(
     flag = await flags.memory_status(seconds=remaining(deadline))
     if flag == "unavailable":
         log.warning("memory.read_failed", turn_id=turn_id, error_type="FlagUnavailable")
-        return _Memory("unavailable", Snapshot(), None)
+        return _Memory("unavailable", Snapshot(), None, read=False)
     try:
         snapshot = await memory.read_async(user_id, seconds=remaining(deadline))
     except Exception as error:
         log.warning("memory.read_failed", turn_id=turn_id, error_type=type(error).__name__)
-        return _Memory("unavailable" if flag == "enabled" else "disabled", Snapshot(), None)
+        status: MemoryStatus = "unavailable" if flag == "enabled" else "disabled"
+        return _Memory(status, Snapshot(), None, read=False)
     if flag == "disabled":
         # Read only for the counts the memory event reports: never shown to the model.
         return _Memory("disabled", snapshot, None)
@@ -107,30 +139,33 @@ async def _load_memory(
 
 async def _store_message(
     request: TurnRequest, services: TurnServices, turn_id: str, deadline: float
-) -> str | None:
+) -> tuple[str | None, TranscriptStatus]:
     """Store the user's message (best-effort, by `deadline`): in a new conversation on the first
-    turn, else appended to the caller's conversation. Returns the conversation's id, None when a
-    new one could not be stored in time (abandoned: it can never commit)."""
+    turn, else appended to the caller's conversation. Returns the conversation's id (None when a
+    new one could not be stored in time: abandoned, it can never commit) and whether the
+    message was stored, which `start` tells the client."""
     conversations, user_id = services.conversations, request.user_id
     existing = request.conversation_id
     if user_id is None or not request.store_transcript or conversations is None:
-        return existing
+        return existing, "disabled"
     message, seconds = request.message, remaining(deadline)
     try:
         if existing is None:
-            return await within(
+            created = await within(
                 seconds,
                 lambda: conversations.create(user_id, turn_id, message),
                 what="conversation create",
             )
-        await within(
+            return created, "stored" if created is not None else "unavailable"
+        stored = await within(
             seconds,
             lambda: conversations.append(existing, turn_id, "user", message),
             what="transcript append",
         )
     except DeadlineExceededError:
         log.warning("conversation.store_timed_out", turn_id=turn_id)
-    return existing
+        return (existing, "unavailable")
+    return existing, "stored" if stored else "unavailable"
 
 
 def remaining(deadline: float) -> float:

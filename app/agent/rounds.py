@@ -157,10 +157,10 @@ async def _run_tool(
             emit(ToolEvent.search("rejected", 0))
         return unknown_tool_result(call.name), False
     if call.name == SEARCH_TOOL_NAME:
-        found = await run_search_tool(ctx, call.arguments)
+        found = await run_search_tool(ctx, call.arguments, oversized=call.oversized)
         emit(ToolEvent.search(found.outcome, found.result_count))
         return found.content, found.echo_arguments
-    result = run_memory_tool(ctx, call.arguments)
+    result = run_memory_tool(ctx, call.arguments, oversized=call.oversized)
     emit(ToolEvent(result.outcome, result.operation_count))
     return result.content, result.echo_arguments
 

@@ -77,9 +77,17 @@ class SearchToolResult:
     echo_arguments: bool = True
 
 
-def parse_search_arguments(raw_arguments: str) -> tuple[str, int] | ArgumentError:
+# What this tool's arguments look like, for the model when it sent something else.
+SEARCH_SHAPE = (
+    f"one JSON object with a 'query' string of words and an optional 'limit' (1 to {MAX_LIMIT})"
+)
+
+
+def parse_search_arguments(
+    raw_arguments: str, *, oversized: bool = False
+) -> tuple[str, int] | ArgumentError:
     """The query and limit, or why not; unknown keys are ignored (the owner is not one)."""
-    arguments = parse_arguments(raw_arguments)
+    arguments = parse_arguments(raw_arguments, oversized=oversized, shape=SEARCH_SHAPE)
     if isinstance(arguments, ArgumentError):
         return arguments
     if not isinstance(arguments, dict):
@@ -124,11 +132,14 @@ def _answer(
     return SearchToolResult(outcome, 0, json.dumps(body), echo)
 
 
-async def run_search_tool(ctx: TurnContext, raw_arguments: str) -> SearchToolResult:
-    """Search the turn owner's messages (this turn's own left out), or say why not."""
+async def run_search_tool(
+    ctx: TurnContext, raw_arguments: str, *, oversized: bool = False
+) -> SearchToolResult:
+    """Search the turn owner's messages (this turn's own left out), or say why not
+    (`oversized`: the arguments were too long to keep, see `parse_arguments`)."""
     register_tool_arguments(raw_arguments)  # the query is user content
     started = time.perf_counter()
-    result = await _run(ctx, raw_arguments)
+    result = await _run(ctx, raw_arguments, oversized)
     log.info(
         "search.tool",
         outcome=result.outcome,
@@ -138,8 +149,8 @@ async def run_search_tool(ctx: TurnContext, raw_arguments: str) -> SearchToolRes
     return result
 
 
-async def _run(ctx: TurnContext, raw_arguments: str) -> SearchToolResult:
-    parsed = parse_search_arguments(raw_arguments)
+async def _run(ctx: TurnContext, raw_arguments: str, oversized: bool) -> SearchToolResult:
+    parsed = parse_search_arguments(raw_arguments, oversized=oversized)
     if isinstance(parsed, ArgumentError):
         return _answer(
             "rejected",

@@ -35,6 +35,11 @@ UNAVAILABLE_MESSAGE = "memory unavailable: nothing was saved"
 # size; the contract's deepest value (object, array, operation, field) is 3 levels deep.
 MAX_ARGUMENT_CHARS = 64 * 1024
 MAX_ARGUMENT_DEPTH = 8
+# What the memory tool's arguments look like, for the model when it sent something else.
+OPERATIONS_SHAPE = (
+    "one JSON object with an 'operations' array of objects (target, action, match, content) "
+    "with plain string values"
+)
 
 # The design's contract (docs/design.md), from the REST API's operation model; the owner is never a
 # parameter.
@@ -105,9 +110,19 @@ def nesting_depth(text: str, limit: int) -> int:
     return deepest
 
 
-def parse_arguments(raw_arguments: str) -> object | ArgumentError:
-    """The model's raw arguments as JSON, within bounds on size and depth."""
+def parse_arguments(
+    raw_arguments: str, *, oversized: bool = False, shape: str = OPERATIONS_SHAPE
+) -> object | ArgumentError:
+    """The model's raw arguments as JSON, within bounds on size and depth. `oversized`: the
+    stream reader already dropped them past LLM_MAX_TOOL_ARGUMENT_CHARS. `shape` is what the
+    tool expects, named in the reasons given to the model."""
     text = raw_arguments or "{}"
+    if oversized:
+        return ArgumentError(
+            "arguments_too_large",
+            "The arguments are longer than this service accepts (LLM_MAX_TOOL_ARGUMENT_CHARS). "
+            "Send fewer or shorter values.",
+        )
     if len(text) > MAX_ARGUMENT_CHARS:
         return ArgumentError(
             "arguments_too_large",
@@ -117,27 +132,26 @@ def parse_arguments(raw_arguments: str) -> object | ArgumentError:
     if nesting_depth(text, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
         return ArgumentError(
             "arguments_too_deep",
-            f"The arguments are nested more than {MAX_ARGUMENT_DEPTH} levels deep. Send "
-            '{"operations": [{"target": ..., "action": ..., "match": ..., "content": ...}]} '
-            "with plain string values.",
+            f"The arguments are nested more than {MAX_ARGUMENT_DEPTH} levels deep. Send {shape}.",
         )
     try:
         value: object = json.loads(text)
     except (ValueError, RecursionError):
         return ArgumentError(
             "invalid_arguments",
-            "The arguments are not valid JSON. Send one JSON object with an 'operations' array.",
+            f"The arguments are not valid JSON. Send {shape}.",
         )
     return value
 
 
-def run_memory_tool(ctx: TurnContext, raw_arguments: str) -> ToolResult:
-    """Stage one batch on the turn's ledger, or explain to the model why not."""
+def run_memory_tool(ctx: TurnContext, raw_arguments: str, *, oversized: bool = False) -> ToolResult:
+    """Stage one batch on the turn's ledger, or explain to the model why not (`oversized`: the
+    arguments were too long to keep, see `parse_arguments`)."""
     register_sensitive(raw_arguments)  # scrubbed from telemetry, accepted or not
     with start_span(tracer, "memory.tool") as span:
         capture_content(span, "app.capture.memory_operations", raw_arguments)
         started = time.perf_counter()
-        result, targets = _run(ctx, raw_arguments)
+        result, targets = _run(ctx, raw_arguments, oversized)
         staged = ctx.ledger.snapshot if ctx.ledger else ctx.baseline
         memory_event(
             stage="tool",
@@ -165,8 +179,10 @@ def _rejected(
     return ToolResult("rejected", count, json.dumps(payload), echo_arguments=echo)
 
 
-def _run(ctx: TurnContext, raw_arguments: str) -> tuple[ToolResult, dict[str, int]]:
-    arguments = parse_arguments(raw_arguments)
+def _run(
+    ctx: TurnContext, raw_arguments: str, oversized: bool
+) -> tuple[ToolResult, dict[str, int]]:
+    arguments = parse_arguments(raw_arguments, oversized=oversized)
     if not isinstance(arguments, ArgumentError):
         register_json_strings(arguments)
     count = _count(arguments)

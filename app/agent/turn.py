@@ -119,7 +119,7 @@ class Turn:
             cancel_event=self.cancel_event,
         )
         span.set_attribute("memory.status", ctx.memory_status)
-        emit(StartEvent(ctx.conversation_id, ctx.turn_id, ctx.memory_status))
+        emit(StartEvent(ctx.conversation_id, ctx.turn_id, ctx.memory_status, ctx.transcript_status))
         finish = await run_rounds(
             ctx, self.agent, self.request, self.services.settings.llm_max_rounds, progress, emit
         )

@@ -11,9 +11,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 
 from app.api.bodies import body_error, is_undecodable, not_json
-from app.api.openai_errors import OPENAI_PREFIX, openai_http_error
+from app.api.openai_errors import BUSY_HEADERS, CLIENT_CLOSED, OPENAI_PREFIX, openai_http_error
+from app.db.admission import DatabaseBusyError
 from app.errors import AppError
 
 logger = structlog.get_logger(__name__)
@@ -74,6 +77,23 @@ def install(app: FastAPI) -> None:
         code = _HTTP_CODES.get(error.status_code, "http_error")
         headers = dict(error.headers) if error.headers else None
         return error_response(error.status_code, code, str(error.detail), headers)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_left(request: Request, _error: ClientDisconnect) -> Response:
+        # The client left while its body was being read (or its body timed out, see
+        # app/http_protocol.py): nobody gets this answer, and it is no fault of the service,
+        # so it is logged as a fact, without a traceback.
+        logger.info("request.client_left", route=_route(request))
+        return Response(status_code=CLIENT_CLOSED)
+
+    @app.exception_handler(DatabaseBusyError)
+    async def _busy(request: Request, _error: DatabaseBusyError) -> JSONResponse:
+        # Every worker is busy and the line is full (or was waited in too long): a healthy
+        # database under load, so the client is asked to come back, not told it is down.
+        logger.warning("request.database_busy", route=_route(request))
+        return error_response(
+            503, "database_busy", "The service is busy; retry shortly.", BUSY_HEADERS
+        )
 
     @app.exception_handler(SQLAlchemyError)
     async def _database(request: Request, error: SQLAlchemyError) -> JSONResponse:

@@ -3,19 +3,23 @@ token; another user's change id answers 404 exactly like an unknown one."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import StreamingResponse
 
 from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import error_responses
 from app.api.memory import MemoryState, memory_state, memory_unavailable, require_writes
 from app.api.memory_commit import commit_change, is_issued_id
 from app.api.timestamps import iso_utc
+from app.conversations.repository import StoredMessage
 from app.errors import NotFound, Unprocessable
+from app.memory.control import ExportHead, MemoryControl
 from app.memory.provenance import HistoryEntry, Proposal, Provenance, change_view, operation_view
 
 logger = structlog.get_logger(__name__)
@@ -105,50 +109,85 @@ async def undo_change(
     "/export",
     summary="Everything kept about the caller, as one JSON download",
     responses=error_responses(401, 503),
+    response_class=StreamingResponse,
 )
-async def export_memory(scope: MemoryScope, runtime: RuntimeDep) -> JSONResponse:
+async def export_memory(scope: MemoryScope, runtime: RuntimeDep) -> StreamingResponse:
+    """Streamed: the bounded parts are read first (a database that cannot answer is a `503`
+    before anything is sent), then the history and the conversations a page at a time, each
+    written as it is read, so memory stays bounded whatever the transcript's size. A failure
+    midway ends the download short (its JSON unfinished), never with a body that looks whole."""
     try:
-        export = await runtime.control.export(scope.user_id)
-        save_mode = await runtime.control.save_mode(scope.user_id)
+        head = await runtime.control.export_head(scope.user_id)
     except Exception as error:
         logger.warning("memory.export_failed", error=type(error).__name__)
         raise memory_unavailable() from None
     exported_at = datetime.now(UTC)
-    body = {
-        "exported_at": iso_utc(exported_at),
-        "subject": scope.user_id,
-        "memory": memory_state(export.snapshot, enabled=scope.writes_enabled).model_dump(),
-        "settings": {"save_mode": save_mode},
-        "history": [history_view(entry) for entry in export.history],
-        "proposals": [proposal_view(proposal) for proposal in export.proposals],
-        "conversations": [
-            {
-                "id": conversation.id,
-                "title": conversation.title,
-                "created_at": iso_utc(conversation.created_at),
-                "updated_at": iso_utc(conversation.updated_at),
-                "messages": [
-                    {
-                        "role": message.role,
-                        "content": message.content,
-                        "status": message.status,
-                        "turn_id": message.turn_id,
-                        "created_at": iso_utc(message.created_at),
-                    }
-                    for message in messages
-                ],
-            }
-            for conversation, messages in export.conversations
-        ],
-    }
-    logger.info(
-        "memory.exported", changes=len(export.history), conversations=len(export.conversations)
-    )
     stamp = exported_at.strftime("%Y%m%dT%H%M%SZ")
-    return JSONResponse(
-        body,
+    return StreamingResponse(
+        _export_body(runtime.control, scope.user_id, head, exported_at, scope.writes_enabled),
+        media_type="application/json",
         headers={
             "Content-Disposition": f'attachment; filename="memory-export-{stamp}.json"',
             "Cache-Control": "no-store",
         },
     )
+
+
+def _json(value: Any) -> str:
+    # As JSONResponse renders: compact, UTF-8 as it is.
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _message_view(message: StoredMessage) -> dict[str, Any]:
+    return {
+        "role": message.role,
+        "content": message.content,
+        "status": message.status,
+        "turn_id": message.turn_id,
+        "created_at": iso_utc(message.created_at),
+    }
+
+
+async def _export_body(
+    control: MemoryControl,
+    user_id: str,
+    head: ExportHead,
+    exported_at: datetime,
+    writes_enabled: bool,
+) -> AsyncIterator[bytes]:
+    """The export's JSON, piece by piece: the same document as one `json.dumps` of it."""
+    opening = {
+        "exported_at": iso_utc(exported_at),
+        "subject": user_id,
+        "memory": memory_state(head.snapshot, enabled=writes_enabled).model_dump(),
+        "settings": {"save_mode": head.save_mode},
+    }
+    changes = conversations = 0
+    try:
+        yield (_json(opening)[:-1] + ',"history":[').encode()
+        async for entry in control.export_history(user_id):
+            yield (("," if changes else "") + _json(history_view(entry))).encode()
+            changes += 1
+        proposals = _json([proposal_view(proposal) for proposal in head.proposals])
+        yield f'],"proposals":{proposals},"conversations":['.encode()
+        async for conversation in control.export_conversations(user_id):
+            described = {
+                "id": conversation.id,
+                "title": conversation.title,
+                "created_at": iso_utc(conversation.created_at),
+                "updated_at": iso_utc(conversation.updated_at),
+            }
+            prefix = "," if conversations else ""
+            yield (prefix + _json(described)[:-1] + ',"messages":[').encode()
+            first = True
+            async for message in control.export_messages(conversation):
+                yield (("" if first else ",") + _json(_message_view(message))).encode()
+                first = False
+            yield b"]}"
+            conversations += 1
+        yield b"]}"
+    except Exception as error:
+        # The status is sent: ending the body short is how the client learns it is incomplete.
+        logger.warning("memory.export_failed", error=type(error).__name__, midway=True)
+        raise
+    logger.info("memory.exported", changes=changes, conversations=conversations)

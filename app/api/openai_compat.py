@@ -28,7 +28,7 @@ from app.agent.streaming import stream_turn
 from app.agent.turn import Turn
 from app.api.bodies import json_object
 from app.api.deps import CurrentUser, RuntimeDep, SettingsDep
-from app.api.openai_errors import OpenAIRoute
+from app.api.openai_errors import CLIENT_CLOSED, OpenAIRoute
 from app.api.openai_request import WireError, parse_completion_request
 from app.api.openai_schema import (
     COMPLETION_RESPONSES,
@@ -51,7 +51,6 @@ STARTED = int(time.time())  # the listed model's `created`: when this process st
 STREAM_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 # The SDKs retry 5xx answers; a turn that ran out of time would only run out of time again.
 NO_RETRY = {"x-should-retry": "false"}
-CLIENT_CLOSED = 499
 
 
 router = APIRouter(prefix=PREFIX, tags=["openai-compatible"], route_class=OpenAIRoute)

@@ -14,15 +14,19 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from app.agent.openai_wire import INVALID_REQUEST, SERVER_ERROR, error_object
 from app.api.openai_request import WireError
+from app.db.admission import DatabaseBusyError
 from app.errors import AppError
 
 log = structlog.get_logger(__name__)
 
 OPENAI_PREFIX = "/openai/"
+CLIENT_CLOSED = 499  # nginx's status for a client that left before its answer
+BUSY_HEADERS = {"Retry-After": "1"}
 HTTP_CODES = {404: "unknown_url", 405: "method_not_allowed", 413: "payload_too_large"}
 UNKNOWN_URL = (
     "Unknown URL: this service offers POST /openai/v1/chat/completions and "
@@ -62,6 +66,21 @@ def _as_openai_error(request: Request, error: Exception) -> JSONResponse:
             return openai_error_response(400, "The request is not valid.", code="invalid_request")
         case StarletteHTTPException():
             return openai_http_error(error)
+        case ClientDisconnect():
+            # The client left while its body was being read: nobody gets this answer, and it
+            # is no fault of the service (logged as a fact, without a traceback).
+            log.info("request.client_left", route=_route(request))
+            return openai_error_response(
+                CLIENT_CLOSED, "The client closed the request.", code="client_closed"
+            )
+        case DatabaseBusyError():
+            log.warning("request.database_busy", route=_route(request))
+            return openai_error_response(
+                503,
+                "The service is busy; retry shortly.",
+                code="database_busy",
+                headers=BUSY_HEADERS,
+            )
         case SQLAlchemyError():
             log.warning("request.database_error", error=type(error).__name__, route=_route(request))
             return openai_error_response(

@@ -103,6 +103,37 @@ def list_for_user(connection: Connection, user_id: str) -> list[Conversation]:
     return [Conversation(*row) for row in rows]
 
 
+_PAGE_OF_CONVERSATIONS = select(*_COLUMNS).where(conversations.c.user_id == _OWNER)
+
+
+def conversations_page(
+    connection: Connection, user_id: str, *, after: str | None, limit: int
+) -> list[Conversation]:
+    """Up to `limit` of the user's conversations in id order, those after id `after`: for
+    reading them all a page at a time (an export), whatever their number."""
+    query = _PAGE_OF_CONVERSATIONS
+    if after is not None:
+        query = query.where(conversations.c.id > after)
+    rows = connection.execute(
+        query.order_by(conversations.c.id).limit(limit), {"owner_id": user_id}
+    )
+    return [Conversation(*row) for row in rows]
+
+
+def messages_page(
+    connection: Connection, conversation_id: str, *, after: int | None, limit: int
+) -> list[tuple[int, StoredMessage]]:
+    """Up to `limit` messages, oldest first, those after the message id `after`, each with its
+    id (the next page's `after`)."""
+    query = select(conversation_messages.c.id, *_MESSAGES.selected_columns).where(
+        conversation_messages.c.conversation_id == conversation_id
+    )
+    if after is not None:
+        query = query.where(conversation_messages.c.id > after)
+    rows = connection.execute(query.order_by(conversation_messages.c.id).limit(limit))
+    return [(row[0], StoredMessage(*row[1:])) for row in rows]
+
+
 def add_message(
     connection: Connection,
     conversation_id: str,

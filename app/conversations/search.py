@@ -134,10 +134,13 @@ def term_frequency_rank(candidates: Subquery, needles: int) -> Score:
     return rank
 
 
+def _words_tsquery() -> ColumnElement[Any]:
+    return func.to_tsquery(cast(bindparam("ts_config"), REGCONFIG), bindparam("ts_query"))
+
+
 def _tsquery() -> ColumnElement[Any]:
     """The owner's lexeme and the words, intersected inside the index."""
-    words_query = func.to_tsquery(cast(bindparam("ts_config"), REGCONFIG), bindparam("ts_query"))
-    return words_query.op("&&")(cast(bindparam("ts_owner"), TSQUERY))
+    return _words_tsquery().op("&&")(cast(bindparam("ts_owner"), TSQUERY))
 
 
 def _postgres(exclude_turn: bool, limit: int, owner_bucket: int) -> Select[Any]:
@@ -150,7 +153,14 @@ def _postgres(exclude_turn: bool, limit: int, owner_bucket: int) -> Select[Any]:
     # The owner's bucket is spelled into the SQL (an integer computed here, never user text),
     # so that the planner picks that bucket's partial index whatever plan it caches.
     owned_bucket = bucket == literal_column(str(int(owner_bucket)))
-    conditions: list[Any] = [vector.op("@@", is_comparison=True)(_tsquery()), owned_bucket]
+    # Words the configuration's parser drops leave an empty tsquery, and the owner's lexeme
+    # alone would then match every message the owner has: such a query finds nothing.
+    has_words = func.numnode(_words_tsquery()) > 0
+    conditions: list[Any] = [
+        vector.op("@@", is_comparison=True)(_tsquery()),
+        owned_bucket,
+        has_words,
+    ]
     if exclude_turn:
         conditions.append(messages.c.turn_id != bindparam("exclude_turn_id"))
     # `id + 0` is not the primary key's order, so the planner keeps the GIN scan, bounded by

@@ -9,6 +9,7 @@ query is built from those words, which hold no operator character, and bound as 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 MAX_QUERY_CHARS = 200  # longer text is cut here (still searched), never refused
@@ -21,6 +22,9 @@ MARK_OPEN, MARK_CLOSE = "\u00ab", "\u00bb"  # « »
 _ESCAPED_MARKS = str.maketrans({MARK_OPEN: "\u2039", MARK_CLOSE: "\u203a"})  # ‹ ›
 ELLIPSIS = "\u2026"
 
+# A candidate run of word characters; `word_spans` keeps only its letters and decimal digits.
+# Other "numbers" (½, ①, ², Roman numerals) are not words to any engine: PostgreSQL's parser
+# drops them, and a query made of them alone matched every message there.
 _WORD = re.compile(r"[^\W_]+")
 # InnoDB's FULLTEXT index leaves out words shorter than innodb_ft_min_token_size (3) and its
 # default stopwords (INFORMATION_SCHEMA.INNODB_FT_DEFAULT_STOPWORD); a query for one of them
@@ -67,11 +71,31 @@ MARIADB_STOPWORDS = frozenset(
 )
 
 
+def word_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Where the words of `text` are: runs of letters and decimal digits."""
+    for match in _WORD.finditer(text):
+        run = match.group()
+        if run.isascii():  # ASCII letters and digits only: the common case, whole
+            yield match.span()
+            continue
+        start: int | None = None
+        for offset, char in enumerate(run):
+            if char.isalpha() or char.isdecimal():
+                start = offset if start is None else start
+            elif start is not None:
+                yield match.start() + start, match.start() + offset
+                start = None
+        if start is not None:
+            yield match.start() + start, match.end()
+
+
 def query_words(text: str) -> tuple[str, ...]:
-    """The distinct lower-case words of a query, in order, bounded in number and length."""
+    """The distinct lower-case words of a query, in order, bounded in number and length. A
+    query with none (only symbols, punctuation or numerals such as ½) finds nothing."""
     words: list[str] = []
-    for match in _WORD.finditer(text[:MAX_QUERY_CHARS]):
-        word = match.group().lower()[:MAX_WORD_CHARS]
+    text = text[:MAX_QUERY_CHARS]
+    for start, end in word_spans(text):
+        word = text[start:end].lower()[:MAX_WORD_CHARS]
         if word not in words:
             words.append(word)
         if len(words) == MAX_QUERY_WORDS:
@@ -114,11 +138,10 @@ class _Hit:
 
 def _hits(content: str, words: tuple[str, ...]) -> list[_Hit]:
     """Words of `content` that start with a query word (the engines match prefixes)."""
-    lowered = [(match, match.group().lower()) for match in _WORD.finditer(content)]
     return [
-        _Hit(match.start(), match.end())
-        for match, word in lowered
-        if any(word.startswith(query) for query in words)
+        _Hit(start, end)
+        for start, end in word_spans(content)
+        if any(content[start:end].lower().startswith(query) for query in words)
     ]
 
 

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from app.db.admission import admitted
 from app.db.guard import Fence, current_fence
 
 T = TypeVar("T")
@@ -34,7 +35,15 @@ async def within(seconds: float, work: Callable[[], Awaitable[T]], *, what: str 
     caller is cancelled, the fence is abandoned before control returns: those threads can no
     longer check out a connection or commit, and the connections they hold are broken, so they
     end promptly instead of waiting on a silent database.
+
+    The deadline starts once the work is admitted (`app.db.admission`): a queue in front of a
+    busy database is bounded there, by its own limits, and ends in `DatabaseBusyError`.
     """
+    async with admitted():  # waiting in line is a busy database, not a hung one: not counted
+        return await _fenced_within(seconds, work, what)
+
+
+async def _fenced_within(seconds: float, work: Callable[[], Awaitable[T]], what: str) -> T:
     fence = Fence()
 
     async def fenced() -> T:

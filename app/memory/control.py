@@ -6,6 +6,7 @@ propagate: the routes answer them.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
@@ -24,15 +25,18 @@ from app.memory.provenance import (
 from app.memory.rules import Snapshot
 from app.telemetry.sensitive import register_memory, register_sensitive
 
+# Rows an export reads at once (EXPORT_PAGE_ROWS); its memory is bounded by a page, whatever the
+# transcript's size.
+EXPORT_PAGE = 200
+
 
 @dataclass(frozen=True)
-class Export:
-    """Everything the service keeps about one subject."""
+class ExportHead:
+    """What an export starts with: the parts bounded by their own limits."""
 
     snapshot: Snapshot
-    history: list[HistoryEntry]
+    save_mode: SaveMode
     proposals: list[Proposal]
-    conversations: list[tuple[Conversation, list[StoredMessage]]]
 
 
 def _registered_entries(entries: list[HistoryEntry]) -> list[HistoryEntry]:
@@ -48,8 +52,9 @@ def _registered_proposals(pending: list[Proposal]) -> list[Proposal]:
 
 
 class MemoryControl:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, page_rows: int = EXPORT_PAGE) -> None:
         self.engine = engine
+        self.page_rows = page_rows  # EXPORT_PAGE_ROWS: rows an export reads at once
 
     # -- history --------------------------------------------------------------------------
 
@@ -83,23 +88,62 @@ class MemoryControl:
         return await to_thread(self._pending, user_id)
 
     # -- export ---------------------------------------------------------------------------
+    # Read a page at a time, each page on a connection of its own, so that an export holds
+    # neither its whole transcript in memory nor a connection while the client reads.
 
-    def _export(self, user_id: str) -> Export:
+    def _export_head(self, user_id: str) -> ExportHead:
         with self.engine.connect() as connection:
             snapshot = repository.load_snapshot(connection, user_id)
             register_memory(snapshot)
-            entries = history.page(connection, user_id, limit=None) or []
+            save_mode = proposals.save_mode(connection, user_id)
             pending = proposals.pending(connection, user_id)
-            conversations = [
-                (conversation, transcripts.messages(connection, conversation.id))
-                for conversation in transcripts.list_for_user(connection, user_id)
-            ]
             connection.rollback()
-        for _conversation, messages in conversations:
-            register_sensitive(*(message.content for message in messages))
-        return Export(
-            snapshot, _registered_entries(entries), _registered_proposals(pending), conversations
-        )
+        return ExportHead(snapshot, save_mode, _registered_proposals(pending))
 
-    async def export(self, user_id: str) -> Export:
-        return await to_thread(self._export, user_id)
+    async def export_head(self, user_id: str) -> ExportHead:
+        """The memory, the save mode and the pending proposals (all bounded by their limits)."""
+        return await to_thread(self._export_head, user_id)
+
+    def _history_page(self, user_id: str, before: str | None) -> list[HistoryEntry]:
+        with self.engine.connect() as connection:
+            entries = history.page(connection, user_id, limit=self.page_rows, before=before)
+        return _registered_entries(entries or [])
+
+    async def export_history(self, user_id: str) -> AsyncIterator[HistoryEntry]:
+        """Every change, newest first, a page at a time."""
+        before: str | None = None
+        while entries := await to_thread(self._history_page, user_id, before):
+            for entry in entries:
+                yield entry
+            before = entries[-1].id
+
+    def _conversations_page(self, user_id: str, after: str | None) -> list[Conversation]:
+        with self.engine.connect() as connection:
+            return transcripts.conversations_page(
+                connection, user_id, after=after, limit=self.page_rows
+            )
+
+    async def export_conversations(self, user_id: str) -> AsyncIterator[Conversation]:
+        after: str | None = None
+        while page := await to_thread(self._conversations_page, user_id, after):
+            for conversation in page:
+                yield conversation
+            after = page[-1].id
+
+    def _messages_page(
+        self, conversation_id: str, after: int | None
+    ) -> list[tuple[int, StoredMessage]]:
+        with self.engine.connect() as connection:
+            return transcripts.messages_page(
+                connection, conversation_id, after=after, limit=self.page_rows
+            )
+
+    async def export_messages(self, conversation: Conversation) -> AsyncIterator[StoredMessage]:
+        """One conversation's messages, oldest first, a page at a time. Their text is not
+        registered as sensitive (that registry would then grow with the transcript): an export
+        writes it to its response alone, never to telemetry."""
+        after: int | None = None
+        while page := await to_thread(self._messages_page, conversation.id, after):
+            for _id, message in page:
+                yield message
+            after = page[-1][0]

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from app.concurrency import to_thread
+from app.db.admission import admitted
 from app.db.deadline import within
 from app.db.schema import feature_flags
 
@@ -171,8 +172,19 @@ class FlagStore:
         `read_since` (a time of `now()`), only a value read at or after it is used: the commit
         point asks for one no older than its turn.
 
-        Raises FlagUnavailableError when the table cannot be read within that bound.
+        Raises FlagUnavailableError when the table cannot be read within that bound. A read
+        first waits its turn for a database worker (`app.db.admission`): that wait is a busy
+        database, not a silent one, and is not counted in the bound.
         """
+        cached = self._fresh(name, read_since)
+        if cached is not None and cached[1] is not None:
+            return cached[1]
+        async with admitted():
+            return await self._get(name, seconds=seconds, read_since=read_since)
+
+    async def _get(
+        self, name: str, *, seconds: float | None, read_since: float | None
+    ) -> FlagState:
         cached = self._fresh(name, read_since)
         if cached is None:
             started, read = self._reads.get(name, (None, None))

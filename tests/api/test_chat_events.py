@@ -114,6 +114,10 @@ def test_read_failure_answers_unavailable_and_writes_nothing(db: Engine, sqlite_
     assert events[0].data["memory"] == {"status": "unavailable"}
     assert first(events, "tool").data["outcome"] == "unavailable"
     assert first(events, "memory").data["outcome"] == "none"
+    # Invariant: the counts are the stored memory's or none at all; an unreadable memory's
+    # are unknown (null), never zeros that claim it is empty.
+    memory_event = first(events, "memory").data
+    assert (memory_event["user_characters"], memory_event["memory_characters"]) == (None, None)
     assert "sentinel-v2" not in model.requests[0].system_text()
     assert "memory unavailable: nothing was saved" in model.requests[1].messages[-1]["content"]
     assert memory_rows(db) == 1  # only the unreadable row, untouched

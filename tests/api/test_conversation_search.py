@@ -176,6 +176,26 @@ def test_bad_arguments_are_rejected_and_nothing_found_is_none(engine: Engine, db
         "none",
     ]
     assert all(o["result_count"] == 0 for o in outcomes)
+    # Invariant: the invalid-JSON reason names this tool's own arguments, not the memory tool's.
+    invalid = tool_answer(model, 5)["message"]
+    assert "'query'" in invalid and "operations" not in invalid
+    model.assert_done()
+
+
+def test_arguments_past_the_bound_are_dropped_while_streaming(engine: Engine, db_url: str) -> None:
+    """Invariant: a search call's arguments of LLM_MAX_TOOL_ARGUMENT_CHARS are read; one more
+    character and they are refused as too large and never echoed back to the model."""
+    bound = 2048
+    at_bound = '{"query": "okapi", "pad": "' + "x" * (bound - 29) + '"}'
+    assert len(at_bound) == bound
+    past = at_bound[:-2] + 'x"}'
+    model = ScriptedModel([search_call(at_bound), Text("Ok."), search_call(past), Text("No.")])
+    with serve_with_model(api_settings(db_url, llm_max_tool_argument_chars=bound), model) as url:
+        events = [chat(url, "alice", f"question {n}") for n in range(2)]
+    assert [first(e, "tool").data["outcome"] for e in events] == ["none", "rejected"]
+    assert tool_answer(model, 3)["code"] == "arguments_too_large"
+    echoed = model.requests[3].messages[-2]["tool_calls"][0]["function"]["arguments"]
+    assert echoed == "{}"
     model.assert_done()
 
 

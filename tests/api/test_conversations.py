@@ -99,4 +99,6 @@ def test_with_the_database_down_a_new_turn_still_answers() -> None:
     assert names(events)[0] == "start" and names(events)[-1] == "done"
     assert events[0].data["memory"] == {"status": "unavailable"}
     assert events[0].data["conversation_id"] is None
+    # Invariant: a turn whose message cannot be stored says so in `start`, before the answer.
+    assert events[0].data["transcript"] == {"status": "unavailable"}
     model.assert_done()

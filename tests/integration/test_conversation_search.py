@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, text
 
 from app.api.auth import subject_problem
+from app.conversations import search
 from app.conversations.search import AVERAGE_MESSAGE_CHARS
 from app.conversations.search_text import MARK_CLOSE, MARK_OPEN, query_words, snippet
 from app.conversations.service import ConversationService
@@ -200,6 +201,24 @@ def test_any_query_text_is_valid_and_scoped(engine: Engine, query: str) -> None:
     store(service, "dave", ["dave only", query.replace("\x00", "") or "empty"])
     results = asyncio.run(service.search("carol", query, 50))
     assert all(result.title == "carol only" for result in results)
+
+
+@pytest.mark.parametrize("query", ["½ ① ²", "Ⅻ ⅓", "²", "… — ·"], ids=lambda q: q)
+def test_text_without_a_searchable_word_finds_nothing(engine: Engine, query: str) -> None:
+    """Invariant: a query with no searchable word finds no message, on every dialect (on
+    PostgreSQL such text once made an empty tsquery, and the owner's lexeme alone matched
+    every message the caller owns)."""
+    service = ConversationService(engine)
+    store(service, "alice", ["alpha ½ ① ² Ⅻ ⅓ beta", "gamma"])
+    assert find(service, "alice", query) == []
+
+
+def test_words_the_engine_drops_find_nothing(engine: Engine) -> None:
+    """The engine's own guard, below the word rules: words its parser does not index (given
+    to it directly) match no message, rather than all of them."""
+    store(ConversationService(engine), "alice", ["alpha beta", "gamma"])
+    with engine.connect() as connection:
+        assert search.search(connection, "alice", ("½", "①"), 10) == []
 
 
 def test_short_words_and_stopwords_are_found_too(engine: Engine) -> None:

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 
 from app.agent.tools import MAX_ARGUMENT_CHARS, MAX_ARGUMENT_DEPTH
 from app.api.auth import DEV_AUDIENCE, DEV_ISSUER
+from app.http_protocol import PROTOCOL_PATH
 from app.memory.rules import Snapshot
 from app.offline.wire import ToolCall, ToolCalls
 from tests.support.apps import api_settings
@@ -33,7 +34,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Engi
     url = f"sqlite:///{tmp_path_factory.mktemp('hostile') / 'hostile.db'}"
     engine = migrated_engine(url)
     settings = api_settings(url, max_request_bytes=LIMIT, max_message_chars=2000, log_level="ERROR")
-    with serve_with_model(settings) as base:
+    # Served as `python -m app serve` serves: behind the bounded HTTP protocol.
+    with serve_with_model(settings, http=PROTOCOL_PATH) as base:
         yield base, engine
     engine.dispose()
 

@@ -184,9 +184,11 @@ def serve_with_model(
     model: ScriptedModel | None = None,
     *,
     transport: ChatCompletionsTransport | None = None,
+    http: type[asyncio.Protocol] | str = "auto",
 ) -> Iterator[str]:
-    """The app behind real uvicorn, its model replaced by a script (or the offline model)."""
+    """The app behind real uvicorn (its HTTP protocol `http`), its model replaced by a script
+    (or the offline model)."""
     if transport is None and model is not None:
         transport = model.transport()
-    with live_server(create_app(settings, model_transport=transport)) as url:
+    with live_server(create_app(settings, model_transport=transport), http=http) as url:
         yield url

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -19,15 +20,22 @@ def free_port() -> int:
 
 
 @contextmanager
-def live_server(app: FastAPI, *, port: int | None = None) -> Iterator[str]:
-    """Serve `app` in a background thread; yields its base URL; stops it on exit."""
-    with running_server(app, port=port) as (url, _stop):
+def live_server(
+    app: FastAPI, *, port: int | None = None, http: type[asyncio.Protocol] | str = "auto"
+) -> Iterator[str]:
+    """Serve `app` in a background thread; yields its base URL; stops it on exit. `http` is
+    uvicorn's protocol (e.g. a `BoundedHttpProtocol` with a test's own bounds)."""
+    with running_server(app, port=port, http=http) as (url, _stop):
         yield url
 
 
 @contextmanager
 def running_server(
-    app: FastAPI, *, port: int | None = None, graceful_seconds: int = 5
+    app: FastAPI,
+    *,
+    port: int | None = None,
+    graceful_seconds: int = 5,
+    http: type[asyncio.Protocol] | str = "auto",
 ) -> Iterator[tuple[str, Callable[[], None]]]:
     """`live_server` that also yields `stop`: the shutdown a signal starts (open responses get
     `graceful_seconds`, then their tasks are cancelled), returning once the server has ended."""
@@ -39,6 +47,7 @@ def running_server(
         log_config=None,
         lifespan="on",
         timeout_graceful_shutdown=graceful_seconds,
+        http=http,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)

@@ -107,10 +107,19 @@ def test_an_error_event_raises() -> None:
         collect(chunks(body))
 
 
-def test_a_chunk_that_is_not_json_raises() -> None:
-    """Malformed data fails the round as it did through the SDK (a JSON decode error)."""
-    with pytest.raises(ValueError):
-        collect(chunks(body_of(b"data: {oops\n\n")))
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"{oops", id="not-json"),
+        pytest.param(b"[1, 2]", id="not-an-object"),
+        pytest.param(b"[" * 100_000, id="too-deep-for-the-parser"),
+    ],
+)
+def test_a_chunk_that_is_not_a_json_object_is_a_stream_error(data: bytes) -> None:
+    """Malformed data is a broken stream (StreamError, so `model_stream_broken` and the
+    fallback rules), never an unexpected exception that ends the turn as `internal_error`."""
+    with pytest.raises(StreamError):
+        collect(chunks(body_of(b"data: " + data + b"\n\n")))
 
 
 def stream_body(words: list[str]) -> bytes:

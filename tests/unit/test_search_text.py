@@ -34,7 +34,7 @@ def test_words_hold_no_syntax_and_are_bounded(text: str) -> None:
     words = query_words(text)
     assert len(words) <= MAX_QUERY_WORDS and len(set(words)) == len(words)
     for word in words:
-        assert word and all(char.isalnum() for char in word), word
+        assert word and all(char.isalpha() or char.isdecimal() for char in word), word
     for built in (sqlite_match(words), postgres_tsquery(words), mariadb_boolean(words)):
         assert "\x00" not in built and ";" not in built and "(" not in built
 
@@ -44,6 +44,22 @@ def test_operators_are_words() -> None:
     assert sqlite_match(("near", "b")) == '"near"* "b"*'
     assert postgres_tsquery(("near", "b")) == "'near':* & 'b':*"
     assert mariadb_boolean(("near",)) == "+near*"
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        pytest.param("½ ① ²", (), id="numerals-only"),
+        pytest.param("Ⅻ ⅓ ⁴ ₅ ⑩", (), id="roman-fractions-scripts"),
+        pytest.param("x½y", ("x", "y"), id="numeral-splits-a-word"),
+        pytest.param("٣ 𝟙 9", ("٣", "𝟙", "9"), id="decimal-digits-are-words"),
+        pytest.param("日本語 ünï", ("日本語", "ünï"), id="letters-are-words"),
+    ],
+)
+def test_only_letters_and_decimal_digits_make_words(text: str, words: tuple[str, ...]) -> None:
+    """Invariant: a word is a run of letters and decimal digits, the characters every engine's
+    parser indexes; text with none (such as `½ ① ²`) has no word, so it searches nothing."""
+    assert query_words(text) == words
 
 
 def test_snippets_mark_matches_and_escape_the_marks_of_the_message() -> None:

@@ -24,7 +24,9 @@ from app.api.ui_stream import _body, parse_ui_request, ui_chunks, wants_ui_strea
 from app.errors import Unprocessable
 from app.memory.rules import MemoryUsage
 
-START = StartEvent(conversation_id="c1", turn_id="t1", memory_status="available")
+START = StartEvent(
+    conversation_id="c1", turn_id="t1", memory_status="available", transcript_status="stored"
+)
 
 
 async def _events(*events: TurnEvent) -> AsyncIterator[TurnEvent]:
@@ -63,6 +65,7 @@ async def test_a_memory_turn_maps_to_steps_text_tool_and_data_parts() -> None:
         "conversation_id": "c1",
         "turn_id": "t1",
         "memory": {"status": "available"},
+        "transcript": {"status": "stored"},
     }
     tool_input, tool_output = chunks[2], chunks[3]
     assert tool_input["toolName"] == "memory_update"
