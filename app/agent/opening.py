@@ -13,6 +13,7 @@ from app.agent.request import TurnRequest, TurnServices
 from app.concurrency import CancelFlag
 from app.db.deadline import DeadlineExceededError, within
 from app.memory.ledger import MemoryLedger
+from app.memory.provenance import SaveMode
 from app.memory.render import MemoryStatus
 from app.memory.rules import Snapshot
 
@@ -24,6 +25,7 @@ class _Memory:
     status: MemoryStatus
     snapshot: Snapshot
     ledger: MemoryLedger | None
+    save_mode: SaveMode | None = None
 
 
 _DISABLED = _Memory("disabled", Snapshot(), None)
@@ -74,6 +76,7 @@ async def open_turn(
         memory_status=memory.status,
         ledger=memory.ledger,
         baseline=memory.snapshot,
+        save_mode=memory.save_mode,
         cancel_event=cancel_event,
         opened_at=opened_at,
         search=services.search if request.user_id is not None else None,
@@ -94,15 +97,38 @@ async def _load_memory(
     if flag == "unavailable":
         log.warning("memory.read_failed", turn_id=turn_id, error_type="FlagUnavailable")
         return _Memory("unavailable", Snapshot(), None)
+    mode = (
+        asyncio.ensure_future(_save_mode(services, user_id, deadline))
+        if flag == "enabled"
+        else None
+    )
     try:
         snapshot = await memory.read_async(user_id, seconds=remaining(deadline))
     except Exception as error:
+        if mode is not None:
+            mode.cancel()
         log.warning("memory.read_failed", turn_id=turn_id, error_type=type(error).__name__)
         return _Memory("unavailable" if flag == "enabled" else "disabled", Snapshot(), None)
-    if flag == "disabled":
+    if mode is None:
         # Read only for the counts the memory event reports: never shown to the model.
         return _Memory("disabled", snapshot, None)
-    return _Memory("available", snapshot, MemoryLedger(snapshot))
+    return _Memory("available", snapshot, MemoryLedger(snapshot), await mode)
+
+
+async def _save_mode(services: TurnServices, user_id: str, deadline: float) -> SaveMode | None:
+    """The person's save mode, read beside memory so that the model can be told whether its
+    edits are saved or wait for approval; None (unknown) when it cannot be read in time. The
+    commit point reads the mode again in its own transaction: this read only words the turn."""
+    control = services.control
+    if control is None:
+        return None
+    try:
+        return await within(
+            remaining(deadline), lambda: control.save_mode(user_id), what="save mode read"
+        )
+    except Exception as error:
+        log.warning("memory.save_mode_read_failed", error_type=type(error).__name__)
+        return None
 
 
 async def _store_message(

@@ -9,6 +9,7 @@ from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 
+from app.memory.provenance import SaveMode
 from app.memory.render import MemoryStatus, render_block
 from app.memory.rules import LIMITS, MemoryUsage, Snapshot
 
@@ -18,11 +19,13 @@ PromptKind = Literal["system", "eval"]
 
 @dataclass(frozen=True)
 class MemoryView:
-    """The runtime values the system template needs; an unavailable read renders empty."""
+    """The runtime values the system template needs; an unavailable read renders empty.
+    `save_mode` is the person's, read at turn start (None: unknown, rendered as "unknown")."""
 
     status: MemoryStatus
     snapshot: Snapshot
     tool_offered: bool
+    save_mode: SaveMode | None = None
 
     def variables(self) -> dict[str, object]:
         shown = self.status == "available"
@@ -31,6 +34,7 @@ class MemoryView:
             "memory_status": self.status,
             "memory_block": render_block(self.snapshot) if shown else "",
             "memory_tool": self.tool_offered,
+            "save_mode": self.save_mode or "unknown",
             "user_memory_used": usage.user,
             "user_memory_limit": LIMITS["user"],
             "memory_used": usage.memory,

@@ -7,6 +7,7 @@ from typing import Literal
 
 from app.agent.llm import DEFAULT_SAMPLING, Sampling
 from app.conversations.service import ConversationService
+from app.memory.control import MemoryControl
 from app.memory.flags import FlagStore
 from app.memory.service import MemoryService
 from app.settings import Settings
@@ -48,3 +49,6 @@ class TurnServices:
     flags: FlagStore | None = None
     conversations: ConversationService | None = None
     search: ConversationService | None = None
+    # Where the person's save mode is read at turn start, so that the model is told whether
+    # its edits are saved or held for approval (None: not read, the mode is unknown).
+    control: MemoryControl | None = None

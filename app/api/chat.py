@@ -162,6 +162,7 @@ async def chat(
             flags=runtime.flags,
             conversations=runtime.conversations,
             search=runtime.conversations,
+            control=runtime.control,
         ),
     )
     return respond(turn, ai_sdk)
