@@ -151,7 +151,9 @@ async def _store_message(
             )
         await within(
             seconds,
-            lambda: conversations.append(existing, turn_id, "user", message),
+            lambda: conversations.append(
+                existing, turn_id, "user", message, replaces=request.replaces
+            ),
             what="transcript append",
         )
     except DeadlineExceededError:

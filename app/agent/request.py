@@ -36,6 +36,9 @@ class TurnRequest:
     history: tuple[HistoryMessage, ...] = ()
     store_transcript: bool = True
     sampling: Sampling = DEFAULT_SAMPLING
+    # The turn this one replaces in the conversation (regenerate, edit-and-resend): when the
+    # message is stored, that turn and every later one become replaced versions, kept.
+    replaces: str | None = None
 
 
 @dataclass(frozen=True)

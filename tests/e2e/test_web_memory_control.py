@@ -32,7 +32,7 @@ from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.browser
 
-TITLE = REMEMBER  # a conversation is titled by its first message
+TITLE = "I prefer short answers"  # titled from the first message (app/conversations/titles.py)
 ADDED = f"Added to About you: {SAVED_ENTRY}"
 
 
@@ -107,7 +107,7 @@ def test_ask_before_saving_shows_proposals_to_accept_or_reject(
     open_memory(page)
     expect(cards(page)).to_have_count(1)
     expect(cards(page).first).to_contain_text(ADDED)
-    expect(cards(page).first).to_contain_text(f"From “{TITLE}”")
+    expect(cards(page).first).to_contain_text(f"Proposed from “{TITLE}”")
     expect(user_entries(page)).to_have_count(0)
     assert memory_of(server, token)["user"]["entries"] == []
 

@@ -12,7 +12,9 @@ import { closeDialogs } from "./dialog.js";
 import { $, drawIcons, focusQuietly } from "./dom.js";
 import { Drawers } from "./drawers.js";
 import { MemoryPanel } from "./memory/panel.js";
+import { relabelTurns } from "./memory/status.js";
 import { Notice } from "./notice.js";
+import { Router } from "./router.js";
 import { dropToken, keepToken, savedToken, subjectOf, takeTokenFromFragment } from "./session.js";
 
 const SESSION_ENDED = "Your session has ended. Please sign in again.";
@@ -36,7 +38,21 @@ const drawers = new Drawers({
 const memory = new MemoryPanel({
   root: $("memory"),
   onStatus: (status) => { $("welcome").dataset.memory = status === "disabled" ? "off" : "on"; },
+  onChanged: (extras, rejected) => relabelTurns($("messages"), extras, rejected),
 });
+const router = new Router({
+  onRoute: (id) => {
+    if (!client) return;
+    if (id) chat.open(id, null, { fromAddress: true });
+    else chat.newConversation({ fromAddress: true });
+  },
+});
+
+// The header and the tab say which conversation is open.
+function showTitle(title) {
+  $("chat-title").textContent = title || "Agent memory chat";
+  document.title = title ? `${title} · Agent memory chat` : "Agent memory chat";
+}
 const chatNotice = new Notice($("chat-notice"));
 const conversations = new ConversationList({
   container: $("conversation-list"),
@@ -44,6 +60,7 @@ const conversations = new ConversationList({
   onOpen: (id) => chat.open(id),
   onDeleted: (id) => chat.deleted(id),
   onError: (text) => chatNotice.show(text, "error"),
+  onRenamed: (id, title) => { if (id === chat.conversationId) showTitle(title); },
 });
 const search = new ConversationSearch({
   form: $("conversation-search"),
@@ -63,10 +80,14 @@ const composer = new Composer({
   onStop: () => chat.stop(),
 });
 const chat = new Chat({
-  view: new MessageView({ list: $("messages"), welcome: $("welcome"), follower }),
+  view: new MessageView({ list: $("messages"), welcome: $("welcome"), follower,
+    onRegenerate: (turnId, text) => chat.send(text, { replaces: turnId }),
+    onEdit: (turnId, text) => chat.send(text, { replaces: turnId }) }),
   composer,
   conversations,
   memory,
+  router,
+  onTitle: showTitle,
   notice: chatNotice,
   onNavigate: () => drawers.close({ restoreFocus: false }),
   onStreaming: (streaming) => {
@@ -114,14 +135,22 @@ async function signIn(token) {
   $("sign-in").hidden = true;
   $("workspace").hidden = false;
   signInNotice.clear();
-  chat.newConversation();
+  // A reload, a bookmark or a link opens the conversation its address names.
+  const addressed = router.current();
+  if (addressed) chat.open(addressed, null, { fromAddress: true });
+  else chat.newConversation({ fromAddress: true });
   await Promise.all([conversations.load(), memory.load()]);
 }
 
 // Sign-out, or a 401 from an expired token: every request of the session is aborted and every
 // trace of the person leaves the page (name, conversations, messages, memory, statuses, drafts).
+// An expired session keeps the address, so that signing in again returns there; signing out
+// leaves it too (the next person starts with a new chat).
 function signOut(message = "") {
   if (client) client.close();
+  if (!message) router.show(null, { replace: true });
+  showTitle(null);
+  $("conversation-scroll").scrollTop = 0;
   client = null;
   dropToken();
   closeDialogs();
@@ -176,6 +205,13 @@ function wire() {
   for (const id of ["new-conversation", "new-conversation-narrow"]) {
     $(id).addEventListener("click", () => chat.newConversation());
   }
+  // Links to a conversation inside the page (a memory entry's origin) open it in place.
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest("a[data-conversation]");
+    if (!link || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    event.preventDefault();
+    chat.open(link.dataset.conversation);
+  });
   for (const suggestion of document.querySelectorAll(".suggestion")) {
     suggestion.addEventListener("click", () => composer.fill(suggestion.textContent.trim()));
   }

@@ -53,6 +53,28 @@ export function editOutcome(before, after) {
   return { text: `Saved: ${summarize(difference)}.`, kind: "success" };
 }
 
+// What an undo did, in the undo's own words: undoing an addition removes the entry, undoing a
+// removal restores it, undoing an edit changes it back.
+export function undoOutcome(before, after) {
+  const difference = diff(before, after);
+  if (!difference.changed) return { text: "Undone: nothing needed to change.", kind: "info" };
+  let restored = 0;
+  let changedBack = 0;
+  let removed = 0;
+  for (const target of TARGETS) {
+    const { added: plus, removed: minus } = difference[target];
+    const pairs = Math.min(plus.length, minus.length);
+    changedBack += pairs;
+    restored += plus.length - pairs;
+    removed += minus.length - pairs;
+  }
+  const parts = [];
+  if (removed) parts.push(`${plural(removed, "entry", "entries")} removed`);
+  if (restored) parts.push(`${plural(restored, "entry", "entries")} restored`);
+  if (changedBack) parts.push(`${plural(changedBack, "entry", "entries")} changed back`);
+  return { text: `Undone: ${parts.join(", ")}.`, kind: "success" };
+}
+
 const FAILURE_REASONS = {
   stale_match: "memory changed in the meantime, so the update no longer applied",
 };

@@ -12,8 +12,8 @@ import { Notice } from "../notice.js";
 import { DocumentsSection } from "./documents.js";
 import { HistorySection } from "./history.js";
 import { ManageSection } from "./manage.js";
-import { editOutcome, turnOutcome } from "./model.js";
-import { originOf, originsOf, originText } from "./origins.js";
+import { editOutcome, turnOutcome, undoOutcome } from "./model.js";
+import { changesOf, operationText, originOf, originsOf, originText, sourceText } from "./origins.js";
 import { ProposalsSection } from "./proposals.js";
 
 const STATE_TEXT = {
@@ -36,9 +36,13 @@ function exportName(response) {
 }
 
 export class MemoryPanel {
-  constructor({ root, onStatus = () => {} }) {
+  // onChanged(extras, rejected): history or proposals changed (accept, reject, undo, expiry,
+  // a turn): the chat relabels its turns' memory chips.
+  constructor({ root, onStatus = () => {}, onChanged = () => {} }) {
     this.root = root;
     this.onStatus = onStatus;
+    this.onChanged = onChanged;
+    this.rejected = new Set(); // turns whose proposal the person rejected on this page
     this.notice = new Notice($("memory-notice"));
     this.client = null;
     this.state = null; // the last state the API answered
@@ -48,7 +52,8 @@ export class MemoryPanel {
     this.origins = new Map();
     this.documents = new DocumentsSection({ root: root.querySelector("[data-section=documents]"),
       apply: (operations) => this.apply(operations),
-      originOf: (target, entry) => this.originOf(target, entry) });
+      originOf: (target, entry) => this.originOf(target, entry),
+      historyOf: (target, entry) => this.historyOf(target, entry) });
     this.proposals = new ProposalsSection({ root: root.querySelector("[data-section=proposals]"),
       decide: (proposal, action) => this.decide(proposal, action) });
     this.history = new HistorySection({ root: root.querySelector("[data-section=history]"),
@@ -79,7 +84,19 @@ export class MemoryPanel {
 
   originOf(target, entry) {
     const change = originOf(this.origins, target, entry);
-    return change ? originText(change, this.extras.titles) : "";
+    return change ? originText(change, this.extras.titles, new Date(), entry) : "";
+  }
+
+  // Every loaded change that touched the entry, newest first, as history lines.
+  historyOf(target, entry) {
+    return changesOf(this.extras.changes, target, entry).map((change) => ({
+      text: change.operations.filter((operation) => operation.target === target
+        && (operation.after === entry || operation.before === entry))
+        .map((operation) => operationText(operation)).join("; ")
+        + ` (${sourceText(change, this.extras.titles)})`,
+      createdAt: change.created_at,
+      conversationId: change.conversation_id || null,
+    }));
   }
 
   showExtras() {
@@ -88,6 +105,11 @@ export class MemoryPanel {
     this.proposals.render(this.extras);
     this.history.render(this.extras);
     this.manage.render(this.extras);
+    this.relabel();
+  }
+
+  relabel() {
+    this.onChanged(this.extras, this.rejected);
   }
 
   // History (a page, or the next one), proposals, the save mode and conversation titles: what
@@ -138,9 +160,9 @@ export class MemoryPanel {
       const after = await this.client.request(`/v1/memory/history/${encodeURIComponent(change.id)}/undo`,
         { method: "POST" });
       this.show(after);
-      const { text, kind } = editOutcome(before, after);
+      const { text, kind } = undoOutcome(before, after);
       await this.loadExtras();
-      this.notice.show(text.replace(/^Saved:/, "Undone:"), kind);
+      this.notice.show(text, kind);
     } catch (error) {
       this.refused(error, "Not undone");
       await this.loadExtras();
@@ -153,6 +175,7 @@ export class MemoryPanel {
     try {
       const after = await this.client.request(path, { method: "POST" });
       if (after) this.show(after);
+      if (action === "reject" && proposal.turn_id) this.rejected.add(proposal.turn_id);
       await this.loadExtras();
       if (action === "reject") this.notice.show("Proposal rejected: nothing was saved.", "info");
       else this.notice.show(editOutcome(before, after).text, "success");
@@ -288,6 +311,8 @@ export class MemoryPanel {
     this.client = null;
     this.state = null;
     this.extras = NO_EXTRAS;
+    this.rejected = new Set();
+    $("memory-scroll").scrollTop = 0; // the next person starts at the top, not where this one was
     this.origins = new Map();
     this.notice.clear();
     for (const section of this.sections) section.reset();
