@@ -33,12 +33,13 @@ _TRAILING = ".,;:!?-–—\"'()[]"
 def title_from_message(message: str) -> str:
     """A few words of the first sentence of `message`, openers dropped, first letter capital;
     DEFAULT_TITLE when nothing is left."""
-    first = " ".join(_SENTENCE_END.split(message.strip(), maxsplit=1)[0].split())
-    while True:
-        shorter = _OPENERS.sub("", first, count=1)
-        if shorter == first:
+    text = message.strip()
+    while True:  # openers first: "Hi! Can you ..." is titled by what follows the greeting
+        shorter = _OPENERS.sub("", text, count=1).lstrip()
+        if shorter == text:
             break
-        first = shorter
+        text = shorter
+    first = _SENTENCE_END.split(text, maxsplit=1)[0]
     words = first.split()[:TITLE_WORDS]
     title = " ".join(words)
     if len(title) > TITLE_CHARS:

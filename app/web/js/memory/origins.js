@@ -71,8 +71,18 @@ export function operationText(operation, { proposed = false } = {}) {
   }
 }
 
-// Every change that touched `entry` in `target`, newest first: the entry's full origin.
+// The changes that made `entry` what it is, newest first: the one that wrote it, then, through
+// each edit's `before`, the ones that wrote the earlier texts it replaced.
 export function changesOf(changes, target, entry) {
-  return changes.filter((change) => change.operations.some((operation) => operation.target === target
-    && (operation.after === entry || operation.before === entry)));
+  const chain = [];
+  let text = entry;
+  for (const change of changes) {
+    const made = change.operations.find((operation) => operation.target === target
+      && operation.after === text);
+    if (!made) continue;
+    chain.push({ change, operation: made });
+    if (made.before === undefined || made.before === null) break;
+    text = made.before;
+  }
+  return chain;
 }

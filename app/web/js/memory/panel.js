@@ -87,13 +87,10 @@ export class MemoryPanel {
     return change ? originText(change, this.extras.titles, new Date(), entry) : "";
   }
 
-  // Every loaded change that touched the entry, newest first, as history lines.
+  // The loaded changes that made the entry, newest first, as history lines.
   historyOf(target, entry) {
-    return changesOf(this.extras.changes, target, entry).map((change) => ({
-      text: change.operations.filter((operation) => operation.target === target
-        && (operation.after === entry || operation.before === entry))
-        .map((operation) => operationText(operation)).join("; ")
-        + ` (${sourceText(change, this.extras.titles)})`,
+    return changesOf(this.extras.changes, target, entry).map(({ change, operation }) => ({
+      text: `${operationText(operation)} (${sourceText(change, this.extras.titles, operation.after)})`,
       createdAt: change.created_at,
       conversationId: change.conversation_id || null,
     }));
