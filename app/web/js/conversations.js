@@ -1,6 +1,5 @@
 // The conversation list: the signed-in person's conversations grouped by day of last activity,
-// each with a readable title (up to three lines, the whole title as a tooltip), Rename and
-// Delete.
+// each with a readable title (up to three lines, the whole title as a tooltip) and Delete.
 //
 // `render` takes any list of conversations in the API's shape, so a search over conversations
 // can show its results through it.
@@ -12,10 +11,8 @@ import { dayGroup, fullWhen, parseTimestamp } from "./time.js";
 
 export class ConversationList {
   // onOpen(id), onDeleted(id), onError(text) are the chat's; the list only shows and asks.
-  constructor({ container, empty, onOpen, onDeleted, onError, onRenamed = () => {} }) {
+  constructor({ container, empty, onOpen, onDeleted, onError }) {
     this.container = container;
-    this.onRenamed = onRenamed;
-    this.titles = new Map();
     this.empty = empty;
     this.onOpen = onOpen;
     this.onDeleted = onDeleted;
@@ -23,6 +20,7 @@ export class ConversationList {
     this.client = null;
     this.currentId = null;
     this.busy = false;
+    this.titles = new Map(); // id -> title, from the last full list
   }
 
   attach(client) {
@@ -32,7 +30,7 @@ export class ConversationList {
   async load() {
     try {
       const body = await this.client.request("/v1/conversations");
-      this.lastLoaded = body.conversations;
+      this.titles = new Map(body.conversations.map((c) => [c.id, c.title]));
       this.render(body.conversations);
     } catch (error) {
       if (!isSessionEnd(error)) this.onError(`Could not load conversations: ${describe(error)}`);
@@ -44,8 +42,6 @@ export class ConversationList {
   }
 
   render(conversations) {
-    // The API's list also feeds the titles (a search's subset leaves them as they are).
-    if (conversations === this.lastLoaded) this.titles = new Map(conversations.map((c) => [c.id, c.title]));
     const now = new Date();
     const groups = new Map();
     for (const conversation of conversations) {
@@ -72,54 +68,7 @@ export class ConversationList {
     const remove = button("Delete", () => this.remove(conversation.id, title), {
       className: "delete", iconName: "trash", iconOnly: true,
       label: `Delete conversation: ${title}` });
-    const item = el("li", { className: "conversation" }, [open]);
-    const rename = button("Rename", () => this.startRename(item, conversation.id, title), {
-      className: "rename", iconName: "edit", iconOnly: true, label: `Rename conversation: ${title}` });
-    item.append(rename, remove);
-    return item;
-  }
-
-  // The title becomes a field: Enter saves it (PATCH), Escape or leaving the field cancels.
-  startRename(item, id, title) {
-    if (this.busy) return;
-    const parts = [...item.children];
-    const input = el("input", { className: "rename-input", attrs: { maxlength: "200",
-      "aria-label": "Conversation title", autocomplete: "off" } });
-    input.value = title;
-    let done = false;
-    const restore = () => {
-      if (done) return;
-      done = true;
-      item.replaceChildren(...parts);
-      parts[1].focus({ preventScroll: true });
-    };
-    input.addEventListener("keydown", async (event) => {
-      if (event.key === "Escape") {
-        event.stopPropagation();
-        restore();
-      } else if (event.key === "Enter") {
-        event.preventDefault();
-        const wanted = input.value.trim();
-        if (!wanted || wanted === title) return restore();
-        done = true;
-        await this.rename(id, wanted);
-      }
-    });
-    input.addEventListener("blur", restore);
-    item.replaceChildren(input);
-    input.focus();
-    input.select();
-  }
-
-  async rename(id, title) {
-    try {
-      const renamed = await this.client.request(`/v1/conversations/${encodeURIComponent(id)}`,
-        { method: "PATCH", body: { title } });
-      this.onRenamed(id, renamed.title);
-    } catch (error) {
-      if (!isSessionEnd(error)) this.onError(`Could not rename the conversation: ${describe(error)}`);
-    }
-    await this.load();
+    return el("li", { className: "conversation" }, [open, remove]);
   }
 
   markCurrent(id) {
@@ -156,7 +105,6 @@ export class ConversationList {
   reset() {
     this.client = null;
     this.titles = new Map();
-    this.lastLoaded = null;
     this.currentId = null;
     this.busy = false;
     this.container.replaceChildren();

@@ -6,6 +6,7 @@ import { Composer } from "./chat/composer.js";
 import { Chat } from "./chat/chat.js";
 import { Follower } from "./chat/follow.js";
 import { MessageView } from "./chat/messages.js";
+import { ChatTitle } from "./chat/title.js";
 import { ConversationList } from "./conversations.js";
 import { ConversationSearch } from "./search.js";
 import { closeDialogs } from "./dialog.js";
@@ -48,19 +49,20 @@ const router = new Router({
   },
 });
 
-// The header and the tab say which conversation is open.
-function showTitle(title) {
-  $("chat-title").textContent = title || "Agent memory chat";
-  document.title = title ? `${title} · Agent memory chat` : "Agent memory chat";
-}
 const chatNotice = new Notice($("chat-notice"));
+// The header and the tab say which conversation is open; Rename is there.
+const title = new ChatTitle({
+  heading: $("chat-title"),
+  renameButton: $("rename-conversation"),
+  onRenamed: () => conversations.load(),
+  onError: (text) => chatNotice.show(text, "error"),
+});
 const conversations = new ConversationList({
   container: $("conversation-list"),
   empty: $("conversations-empty"),
   onOpen: (id) => chat.open(id),
   onDeleted: (id) => chat.deleted(id),
   onError: (text) => chatNotice.show(text, "error"),
-  onRenamed: (id, title) => { if (id === chat.conversationId) showTitle(title); },
 });
 const search = new ConversationSearch({
   form: $("conversation-search"),
@@ -87,7 +89,7 @@ const chat = new Chat({
   conversations,
   memory,
   router,
-  onTitle: showTitle,
+  onTitle: (text, id) => title.show(text, id),
   notice: chatNotice,
   onNavigate: () => drawers.close({ restoreFocus: false }),
   onStreaming: (streaming) => {
@@ -128,7 +130,7 @@ async function signIn(token) {
   client = new ApiClient(token, { onUnauthorized: () => signOut(SESSION_ENDED) });
   const subject = subjectOf(token) || "unknown user";
   keepToken(token);
-  for (const part of [conversations, search, memory, chat]) part.attach(client);
+  for (const part of [conversations, search, memory, chat, title]) part.attach(client);
   $("account-name").textContent = subject;
   $("account-avatar").textContent = subject.slice(0, 1).toUpperCase();
   $("account").hidden = false;
@@ -149,7 +151,7 @@ async function signIn(token) {
 function signOut(message = "") {
   if (client) client.close();
   if (!message) router.show(null, { replace: true });
-  showTitle(null);
+  title.reset();
   $("conversation-scroll").scrollTop = 0;
   client = null;
   dropToken();

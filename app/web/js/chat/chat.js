@@ -59,7 +59,7 @@ export class Chat {
         // Another person's conversation, or a deleted one: a place that does not exist here.
         this.conversationId = null;
         this.conversations.markCurrent(null);
-        this.onTitle("Not found");
+        this.onTitle(null);
         this.view.showNotFound(() => this.newConversation());
         this.onNavigate();
       } else {
@@ -70,7 +70,7 @@ export class Chat {
     if (ticket !== this.opening || this.turn) return;
     this.conversationId = id;
     this.notice.clear();
-    this.onTitle(conversation.title);
+    this.onTitle(conversation.title, id);
     this.view.showTranscript(conversation.messages);
     this.memory.relabel();
     if (hit) {
@@ -128,7 +128,7 @@ export class Chat {
     if (turn.ended || !this.client) return;
     await this.conversations.load();
     this.conversations.markCurrent(this.conversationId);
-    this.onTitle(this.conversations.titleOf(this.conversationId));
+    this.onTitle(this.conversations.titleOf(this.conversationId), this.conversationId);
     turn.labelMemory(await this.memory.turnEnded(turn, before));
     this.onSettled();
   }

@@ -38,6 +38,7 @@ export class MessageView {
   }
 
   clear() {
+    this.transcript = [];
     this.list.replaceChildren();
     this.list.removeAttribute("aria-busy");
     this.welcome.hidden = false;
@@ -108,6 +109,7 @@ export class MessageView {
       }
     }
     this.list.replaceChildren(...items);
+    this.transcript = this.itemsInOrder(messages, items, replaced);
     for (const [turnId, earlier] of replaced) {
       const anchor = firstOfTurn.get(turnId);
       const fold = this.fold(earlier);
@@ -202,11 +204,21 @@ export class MessageView {
     this.list.append(view);
   }
 
+  // The transcript's items in the API's message order (current and replaced interleaved).
+  itemsInOrder(messages, current, replaced) {
+    const queues = { current: [...current], replaced: new Map([...replaced].map(([k, v]) => [k, [...v]])) };
+    return messages.map((message) => (message.superseded_by
+      ? queues.replaced.get(message.superseded_by).shift() : queues.current.shift()));
+  }
+
   // A search hit: the message at `index` of the transcript, scrolled to and marked (following
-  // stops, so the view stays there until the person scrolls or jumps to the latest).
+  // stops, so the view stays there until the person scrolls or jumps to the latest). A hit in
+  // an earlier version opens its fold.
   reveal(index) {
-    const item = this.list.children[index];
+    const item = (this.transcript || [])[index];
     if (!item) return;
+    const fold = item.closest("details");
+    if (fold) fold.open = true;
     item.classList.add("search-hit-message");
     this.follower.pinned = false;
     item.scrollIntoView({ block: "center" });

@@ -3,6 +3,18 @@
 
 export const TARGETS = ["user", "memory"];
 
+// What the panel says about memory's state, and about a change the API refused as a conflict.
+export const STATE_TEXT = {
+  disabled: "Memory is switched off by the operator. Saved entries are kept and you can still "
+    + "view them or forget everything, but nothing new is saved.",
+  unavailable: "Memory is unavailable right now: the assistant answers without it and nothing is saved.",
+};
+
+export const CONFLICTS = {
+  stale_undo: "Cannot undo: that entry has changed since. Nothing was changed.",
+  stale_match: "Not saved: memory has changed since this was proposed. You can reject it.",
+};
+
 export function entriesOf(state, target) {
   return state ? state[target].entries : [];
 }

@@ -86,3 +86,12 @@ export function changesOf(changes, target, entry) {
   }
   return chain;
 }
+
+// The entry's full origin as lines for the panel: what each change did and who or what made it.
+export function originHistory(changes, titles, target, entry) {
+  return changesOf(changes, target, entry).map(({ change, operation }) => ({
+    text: `${operationText(operation)} (${sourceText(change, titles, operation.after)})`,
+    createdAt: change.created_at,
+    conversationId: change.conversation_id || null,
+  }));
+}

@@ -11,29 +11,13 @@ import { $, focusQuietly } from "../dom.js";
 import { Notice } from "../notice.js";
 import { DocumentsSection } from "./documents.js";
 import { HistorySection } from "./history.js";
-import { ManageSection } from "./manage.js";
-import { editOutcome, turnOutcome, undoOutcome } from "./model.js";
-import { changesOf, operationText, originOf, originsOf, originText, sourceText } from "./origins.js";
+import { ManageSection, saveDownload } from "./manage.js";
+import { CONFLICTS, STATE_TEXT, editOutcome, turnOutcome, undoOutcome } from "./model.js";
+import { originHistory, originOf, originsOf, originText } from "./origins.js";
 import { ProposalsSection } from "./proposals.js";
-
-const STATE_TEXT = {
-  disabled: "Memory is switched off by the operator. Saved entries are kept and you can still "
-    + "view them or forget everything, but nothing new is saved.",
-  unavailable: "Memory is unavailable right now: the assistant answers without it and nothing is saved.",
-};
 
 const HISTORY_PAGE = 50;
 const NO_EXTRAS = { changes: [], next: null, proposals: [], saveMode: null, titles: new Map() };
-
-const CONFLICTS = {
-  stale_undo: "Cannot undo: that entry has changed since. Nothing was changed.",
-  stale_match: "Not saved: memory has changed since this was proposed. You can reject it.",
-};
-
-function exportName(response) {
-  const match = /filename="([^"]+)"/.exec(response.headers.get("content-disposition") || "");
-  return match ? match[1] : "memory-export.json";
-}
 
 export class MemoryPanel {
   // onChanged(extras, rejected): history or proposals changed (accept, reject, undo, expiry,
@@ -87,13 +71,8 @@ export class MemoryPanel {
     return change ? originText(change, this.extras.titles, new Date(), entry) : "";
   }
 
-  // The loaded changes that made the entry, newest first, as history lines.
   historyOf(target, entry) {
-    return changesOf(this.extras.changes, target, entry).map(({ change, operation }) => ({
-      text: `${operationText(operation)} (${sourceText(change, this.extras.titles, operation.after)})`,
-      createdAt: change.created_at,
-      conversationId: change.conversation_id || null,
-    }));
+    return originHistory(this.extras.changes, this.extras.titles, target, entry);
   }
 
   showExtras() {
@@ -199,15 +178,7 @@ export class MemoryPanel {
 
   async exportAll() {
     try {
-      const response = await this.client.fetch("/v1/memory/export");
-      const url = URL.createObjectURL(await response.blob());
-      const link = document.createElement("a");
-      link.href = url;
-      link.download = exportName(response);
-      document.body.append(link);
-      link.click();
-      link.remove();
-      setTimeout(() => URL.revokeObjectURL(url), 60_000);
+      await saveDownload(await this.client.fetch("/v1/memory/export"));
       this.notice.show("Export downloaded: your memory, its history and your conversations.", "success");
     } catch (error) {
       if (!isSessionEnd(error)) this.notice.show(`Could not export: ${describe(error)}`, "error");
