@@ -134,6 +134,7 @@ async def export_memory(scope: MemoryScope, runtime: RuntimeDep) -> JSONResponse
                         "status": message.status,
                         "turn_id": message.turn_id,
                         "created_at": iso_utc(message.created_at),
+                        "superseded_by": message.superseded_by,  # regenerate, edit
                     }
                     for message in messages
                 ],
