@@ -240,8 +240,10 @@ def shot(page: Page, name: str) -> None:
 def open_csv_conversation(page: Page, phone: bool) -> None:
     if phone:
         page.get_by_role("button", name="Conversations", exact=True).click()
-    page.locator("#conversation-list .open", has_text=title_from_message(CSV_QUESTION)).click()
-    page.wait_for_selector("#messages li.assistant[data-state=done]")
+    # The newest conversation of that title (the list is newest first).
+    title = title_from_message(CSV_QUESTION)
+    page.locator("#conversation-list .open", has_text=title).first.click()
+    page.wait_for_selector("#messages > li.assistant[data-state=done]")
 
 
 def stream_and_stop(page: Page, base: str, token: str, name: str, beyond: int) -> None:
@@ -306,20 +308,26 @@ def main() -> None:
                     transport.delay_seconds = 0.0
                 page.context.close()
 
-            # A tablet: the chat alone, an answer regenerated (the first version folded above).
+            # A tablet: the chat alone, an answer regenerated (the first version folded above),
+            # in a conversation of its own, deleted afterwards.
+            headers = {"authorization": f"Bearer {token}"}
             for dark in (False, True):
                 suffix = "-dark" if dark else ""
                 page = open_page(browser, base, token, phone=True, dark=dark, viewport=TABLET)
-                open_csv_conversation(page, phone=True)
-                if not dark:
-                    page.get_by_role("button", name="Regenerate answer").click()
+                if dark:
+                    open_csv_conversation(page, phone=True)
+                else:
+                    ask(page, CSV_QUESTION)
                     answered(page, 1)
+                    page.get_by_role("button", name="Regenerate answer").click()
+                    answered(page, 2)
                 page.locator("#messages > .earlier-versions summary").first.click()
                 shot(page, f"tablet-regenerated{suffix}")
+                regenerated = page.evaluate("() => location.pathname").removeprefix("/c/")
                 page.context.close()
+            httpx.delete(f"{base}/v1/conversations/{regenerated}", headers=headers, timeout=10)
 
             # "Ask before saving": the answer says it will ask; the chip and the card wait.
-            headers = {"authorization": f"Bearer {token}"}
             settings = f"{base}/v1/memory/settings"
             httpx.put(settings, json={"save_mode": "ask"}, headers=headers, timeout=10)
             page = open_page(browser, base, token, phone=False, dark=False)

@@ -26,6 +26,11 @@ _OPENERS = re.compile(
     r"(?:please )?remember(?: that)?|let's|let us)\b[\s,!.:;-]*",
     re.I,
 )
+# A title cut after a few words should not end on a word that leads into the cut.
+_DANGLING = frozenset(
+    {"a", "an", "the", "in", "on", "at", "to", "of", "for", "and", "or", "with", "by", "from"}
+    | {"my", "your", "our", "their", "is", "are", "be", "as"}
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
 _TRAILING = ".,;:!?-–—\"'()[]"
 
@@ -40,7 +45,11 @@ def title_from_message(message: str) -> str:
             break
         text = shorter
     first = _SENTENCE_END.split(text, maxsplit=1)[0]
-    words = first.split()[:TITLE_WORDS]
+    all_words = first.split()
+    words = all_words[:TITLE_WORDS]
+    if len(all_words) > TITLE_WORDS:
+        while len(words) > 1 and words[-1].lower() in _DANGLING:
+            words.pop()
     title = " ".join(words)
     if len(title) > TITLE_CHARS:
         title = title[:TITLE_CHARS].rsplit(" ", 1)[0] or title[:TITLE_CHARS]

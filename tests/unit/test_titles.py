@@ -34,8 +34,16 @@ def test_a_made_title_is_short_one_line_and_never_empty(message: str) -> None:
         ("   ", DEFAULT_TITLE),
         ("thanks", DEFAULT_TITLE),
         ("deploy the api", "Deploy the api"),
+        ("How do I read a CSV file in Python and sum one column?", "How do I read a CSV file"),
     ],
-    ids=["polite-opener", "chained-openers", "blank", "only-an-opener", "capitalised"],
+    ids=[
+        "polite-opener",
+        "chained-openers",
+        "blank",
+        "only-an-opener",
+        "capitalised",
+        "no-dangling-word",
+    ],
 )
 def test_openers_are_dropped(message: str, title: str) -> None:
     assert title_from_message(message) == title
