@@ -3,8 +3,8 @@
 
 The app runs in process on a temporary SQLite file. Its model is scripted: questions listed in
 DEMO_ANSWERS get fixed markdown answers (to show rendering), everything else (remember, forget,
-what do you remember) goes to the built-in offline model. Desktop shots are 1280×800, phone shots
-390×844; each in light and dark where it matters.
+what do you remember) goes to the built-in offline model. Desktop shots are 1280×800, tablet
+shots 900×1000, phone shots 390×844; each in light and dark where it matters.
 
     .venv/bin/python scripts/web_screenshots.py
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import tempfile
 import threading
@@ -26,6 +27,7 @@ import httpx
 import uvicorn
 from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
 
+from app.conversations.titles import title_from_message
 from app.db.engine import build_engine
 from app.db.migrate import upgrade
 from app.main import create_app
@@ -39,6 +41,7 @@ OUT = ROOT / "docs" / "screenshots"
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 DESKTOP: ViewportSize = {"width": 1280, "height": 800}
 PHONE: ViewportSize = {"width": 390, "height": 844}
+TABLET: ViewportSize = {"width": 900, "height": 1000}
 
 CSV_QUESTION = "How do I read a CSV file in Python and sum one column?"
 CSV_ANSWER = """Use the standard library's `csv` module: no extra packages needed.
@@ -184,9 +187,17 @@ def seed(base: str, name: str) -> str:
     return str(token)
 
 
-def open_page(browser: Browser, base: str, token: str | None, *, phone: bool, dark: bool) -> Page:
+def open_page(
+    browser: Browser,
+    base: str,
+    token: str | None,
+    *,
+    phone: bool,
+    dark: bool,
+    viewport: ViewportSize | None = None,
+) -> Page:
     context = browser.new_context(
-        viewport=PHONE if phone else DESKTOP,
+        viewport=viewport or (PHONE if phone else DESKTOP),
         device_scale_factor=2 if phone else 1,
         is_mobile=phone,
         has_touch=phone,
@@ -229,8 +240,10 @@ def shot(page: Page, name: str) -> None:
 def open_csv_conversation(page: Page, phone: bool) -> None:
     if phone:
         page.get_by_role("button", name="Conversations", exact=True).click()
-    page.locator("#conversation-list .open", has_text=CSV_QUESTION).click()
-    page.wait_for_selector("#messages li.assistant[data-state=done]")
+    # The newest conversation of that title (the list is newest first).
+    title = title_from_message(CSV_QUESTION)
+    page.locator("#conversation-list .open", has_text=title).first.click()
+    page.wait_for_selector("#messages > li.assistant[data-state=done]")
 
 
 def stream_and_stop(page: Page, base: str, token: str, name: str, beyond: int) -> None:
@@ -247,7 +260,7 @@ def stream_and_stop(page: Page, base: str, token: str, name: str, beyond: int) -
     headers = {"authorization": f"Bearer {token}"}
     listed = httpx.get(f"{base}/v1/conversations", headers=headers, timeout=10).json()
     for conversation in listed["conversations"]:
-        if conversation["title"] == STORY_QUESTION:
+        if conversation["title"] == title_from_message(STORY_QUESTION):
             httpx.delete(f"{base}/v1/conversations/{conversation['id']}", headers=headers)
 
 
@@ -294,6 +307,39 @@ def main() -> None:
                     stream_and_stop(page, base, token, "desktop-streaming-scrolled-up", 2500)
                     transport.delay_seconds = 0.0
                 page.context.close()
+
+            # A tablet: the chat alone, an answer regenerated (the first version folded above),
+            # in a conversation of its own, deleted afterwards.
+            headers = {"authorization": f"Bearer {token}"}
+            for dark in (False, True):
+                suffix = "-dark" if dark else ""
+                page = open_page(browser, base, token, phone=True, dark=dark, viewport=TABLET)
+                if dark:
+                    open_csv_conversation(page, phone=True)
+                else:
+                    ask(page, CSV_QUESTION)
+                    answered(page, 1)
+                    page.get_by_role("button", name="Regenerate answer").click()
+                    answered(page, 2)
+                page.locator("#messages > .earlier-versions summary").first.click()
+                shot(page, f"tablet-regenerated{suffix}")
+                regenerated = page.evaluate("() => location.pathname").removeprefix("/c/")
+                page.context.close()
+            httpx.delete(f"{base}/v1/conversations/{regenerated}", headers=headers, timeout=10)
+
+            # "Ask before saving": the answer says it will ask; the chip and the card wait.
+            settings = f"{base}/v1/memory/settings"
+            httpx.put(settings, json={"save_mode": "ask"}, headers=headers, timeout=10)
+            page = open_page(browser, base, token, phone=False, dark=False)
+            page.get_by_role("button", name="New chat").click()
+            ask(page, "Remember that I review pull requests in the morning")
+            answered(page, 1)
+            page.locator("#proposal-list li").first.wait_for()
+            shot(page, "desktop-ask-before-saving")
+            card = page.locator("#proposal-list li").first
+            card.get_by_role("button", name=re.compile("^Reject")).click()
+            page.context.close()
+            httpx.put(settings, json={"save_mode": "auto"}, headers=headers, timeout=10)
 
             for dark, fact in ((False, PHONE_FACTS[0]), (True, PHONE_FACTS[1])):
                 suffix = "-dark" if dark else ""

@@ -9,6 +9,7 @@ from app.agent.events import TranscriptStatus
 from app.concurrency import CancelFlag
 from app.conversations.service import ConversationService
 from app.memory.ledger import MemoryLedger
+from app.memory.provenance import SaveMode
 from app.memory.render import MemoryStatus
 from app.memory.rules import Snapshot
 
@@ -48,6 +49,9 @@ class TurnContext:
     # The transcripts conversation_search reads (the owner's, by `user_id`); None: not offered.
     search: ConversationService | None = None
     search_timeout_seconds: float = 2.0
+    # The person's save mode as read at turn start ("ask": staged edits become a proposal they
+    # review); None when unknown. It words the tool's result and the prompt, nothing more.
+    save_mode: SaveMode | None = None
 
     @property
     def memory_tool_offered(self) -> bool:

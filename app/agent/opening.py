@@ -16,6 +16,7 @@ from app.concurrency import CancelFlag
 from app.db.admission import DatabaseBusyError, admitted
 from app.db.deadline import DeadlineExceededError, within
 from app.memory.ledger import MemoryLedger
+from app.memory.provenance import SaveMode
 from app.memory.render import MemoryStatus
 from app.memory.rules import Snapshot
 
@@ -28,6 +29,7 @@ class _Memory:
     snapshot: Snapshot
     ledger: MemoryLedger | None
     read: bool = True  # False: `snapshot` is empty because memory could not be read
+    save_mode: SaveMode | None = None
 
 
 _DISABLED = _Memory("disabled", Snapshot(), None)
@@ -105,6 +107,7 @@ async def _open(
         baseline=memory.snapshot,
         baseline_read=memory.read,
         transcript_status=transcript,
+        save_mode=memory.save_mode,
         cancel_event=cancel_event,
         opened_at=opened_at,
         search=services.search if request.user_id is not None else None,
@@ -125,16 +128,39 @@ async def _load_memory(
     if flag == "unavailable":
         log.warning("memory.read_failed", turn_id=turn_id, error_type="FlagUnavailable")
         return _Memory("unavailable", Snapshot(), None, read=False)
+    mode = (
+        asyncio.ensure_future(_save_mode(services, user_id, deadline))
+        if flag == "enabled"
+        else None
+    )
     try:
         snapshot = await memory.read_async(user_id, seconds=remaining(deadline))
     except Exception as error:
+        if mode is not None:
+            mode.cancel()
         log.warning("memory.read_failed", turn_id=turn_id, error_type=type(error).__name__)
         status: MemoryStatus = "unavailable" if flag == "enabled" else "disabled"
         return _Memory(status, Snapshot(), None, read=False)
-    if flag == "disabled":
+    if mode is None:
         # Read only for the counts the memory event reports: never shown to the model.
         return _Memory("disabled", snapshot, None)
-    return _Memory("available", snapshot, MemoryLedger(snapshot))
+    return _Memory("available", snapshot, MemoryLedger(snapshot), save_mode=await mode)
+
+
+async def _save_mode(services: TurnServices, user_id: str, deadline: float) -> SaveMode | None:
+    """The person's save mode, read beside memory so that the model can be told whether its
+    edits are saved or wait for approval; None (unknown) when it cannot be read in time. The
+    commit point reads the mode again in its own transaction: this read only words the turn."""
+    control = services.control
+    if control is None:
+        return None
+    try:
+        return await within(
+            remaining(deadline), lambda: control.save_mode(user_id), what="save mode read"
+        )
+    except Exception as error:
+        log.warning("memory.save_mode_read_failed", error_type=type(error).__name__)
+        return None
 
 
 async def _store_message(
@@ -159,7 +185,9 @@ async def _store_message(
             return created, "stored" if created is not None else "unavailable"
         stored = await within(
             seconds,
-            lambda: conversations.append(existing, turn_id, "user", message),
+            lambda: conversations.append(
+                existing, turn_id, "user", message, replaces=request.replaces
+            ),
             what="transcript append",
         )
     except DeadlineExceededError:

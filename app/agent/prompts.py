@@ -10,6 +10,7 @@ from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 
+from app.memory.provenance import SaveMode
 from app.memory.render import BlockTags, MemoryStatus, render_block
 from app.memory.rules import LIMITS, MemoryUsage, Snapshot
 
@@ -25,11 +26,13 @@ def new_block_tags() -> BlockTags:
 
 @dataclass(frozen=True)
 class MemoryView:
-    """The runtime values the system template needs; an unavailable read renders empty."""
+    """The runtime values the system template needs; an unavailable read renders empty.
+    `save_mode` is the person's, read at turn start (None: unknown, rendered as "unknown")."""
 
     status: MemoryStatus
     snapshot: Snapshot
     tool_offered: bool
+    save_mode: SaveMode | None = None
 
     def variables(self, tags: BlockTags) -> dict[str, object]:
         shown = self.status == "available"
@@ -40,6 +43,7 @@ class MemoryView:
             # The tag's bare name, for the prose: the closing tag itself appears only once.
             "memory_tag": tags.name,
             "memory_tool": self.tool_offered,
+            "save_mode": self.save_mode or "unknown",
             "user_memory_used": usage.user,
             "user_memory_limit": LIMITS["user"],
             "memory_used": usage.memory,

@@ -7,6 +7,7 @@ from typing import Literal
 
 from app.agent.llm import DEFAULT_SAMPLING, Sampling
 from app.conversations.service import ConversationService
+from app.memory.control import MemoryControl
 from app.memory.flags import FlagStore
 from app.memory.service import MemoryService
 from app.settings import Settings
@@ -35,6 +36,9 @@ class TurnRequest:
     history: tuple[HistoryMessage, ...] = ()
     store_transcript: bool = True
     sampling: Sampling = DEFAULT_SAMPLING
+    # The turn this one replaces in the conversation (regenerate, edit-and-resend): when the
+    # message is stored, that turn and every later one become replaced versions, kept.
+    replaces: str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,3 +52,6 @@ class TurnServices:
     flags: FlagStore | None = None
     conversations: ConversationService | None = None
     search: ConversationService | None = None
+    # Where the person's save mode is read at turn start, so that the model is told whether
+    # its edits are saved or held for approval (None: not read, the mode is unknown).
+    control: MemoryControl | None = None

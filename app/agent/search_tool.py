@@ -20,7 +20,7 @@ import structlog
 from app.agent.context import TurnContext
 from app.agent.events import SEARCH_TOOL_NAME, ToolOutcome
 from app.agent.tools import ArgumentError, parse_arguments
-from app.conversations.search_text import MAX_QUERY_CHARS, clip
+from app.conversations.search_text import MAX_QUERY_CHARS, clip, unmarked
 from app.conversations.service import SearchResult
 from app.db.deadline import within
 from app.telemetry import register_tool_arguments
@@ -45,7 +45,7 @@ SEARCH_TOOL: dict[str, Any] = {
         "description": (
             "Search the user's earlier conversations (their stored messages, not memory) for "
             "words. Use it when the user asks about something discussed before that your "
-            "memory does not hold. Results are snippets with matched words marked « »."
+            "memory does not hold. Results are short plain-text snippets of matching messages."
         ),
         "parameters": {
             "type": "object",
@@ -110,7 +110,7 @@ def _payload(results: list[SearchResult]) -> tuple[str, int]:
                 "conversation": clip(result.title, MAX_TITLE_CHARS),
                 "role": result.role,
                 "date": result.created_at.date().isoformat(),
-                "snippet": clip(result.snippet, MAX_SNIPPET_CHARS),
+                "snippet": clip(unmarked(result.snippet), MAX_SNIPPET_CHARS),
             },
         ]
         text = json.dumps({"status": "found", "notice": UNTRUSTED_NOTICE, "results": candidate})

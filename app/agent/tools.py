@@ -213,10 +213,36 @@ def _run(
     staged: dict[str, Any] = {
         "status": "staged",
         "operations": len(operations),
-        "note": "Saved when this turn completes successfully.",
+        **_save_note(ctx),
         **snapshot.usage().with_limits(),
     }
     return ToolResult("staged", len(operations), json.dumps(staged)), targets
+
+
+# What the staged result tells the model about the batch's fate, by the person's save mode: with
+# "ask" nothing is saved by the turn, and a model told "saved" would say so (issue 34).
+SAVE_NOTES: dict[str, dict[str, str]] = {
+    "auto": {"save_mode": "auto", "note": "Saved when this turn completes successfully."},
+    "ask": {
+        "save_mode": "ask",
+        "note": (
+            "Not saved yet: the user reviews memory changes first (Ask before saving). When "
+            "this turn completes the change awaits their approval. Tell them you will ask "
+            "before saving it; do not say it is saved."
+        ),
+    },
+    "unknown": {
+        "save_mode": "unknown",
+        "note": (
+            "Saved when this turn completes, unless the user chose to review changes first; "
+            "then it awaits their approval. Do not promise it is saved."
+        ),
+    },
+}
+
+
+def _save_note(ctx: TurnContext) -> dict[str, str]:
+    return SAVE_NOTES[ctx.save_mode or "unknown"]
 
 
 def unknown_tool_result(name: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request
@@ -16,6 +17,7 @@ from app.api import ui_stream
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import BODY_ERRORS, error_responses
 from app.api.sse import event_stream_response
+from app.conversations.service import TurnNotCurrent
 from app.db.deadline import within
 from app.errors import NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
 from app.runtime import Runtime
@@ -25,22 +27,35 @@ router = APIRouter(tags=["chat"])
 
 
 class ChatBody(BaseModel):
-    """`{"message": "...", "conversation_id": "..." | null}`; any other field is refused."""
+    """`{"message": "...", "conversation_id": "..." | null, "replaces": "<turn_id>" | null}`;
+    any other field is refused. `replaces` (regenerate, edit-and-resend) needs the
+    conversation."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     message: str
     conversation_id: str | None = None
+    replaces: str | None = None
 
 
-def parse_chat_body(payload: Mapping[str, Any]) -> tuple[str, str | None]:
+@dataclass(frozen=True)
+class ChatRequest:
+    message: str
+    conversation_id: str | None
+    replaces: str | None
+    ai_sdk: bool
+
+
+def parse_chat_body(payload: Mapping[str, Any]) -> ChatBody:
     try:
         body = ChatBody.model_validate(payload)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first.get("loc", ())) or "body"
         raise Unprocessable(f"{where}: {first.get('msg', 'invalid')}") from None
-    return body.message, body.conversation_id
+    if body.replaces is not None and body.conversation_id is None:
+        raise Unprocessable("replaces: names a turn of the conversation in conversation_id.")
+    return body
 
 
 def check_message(message: str, settings: Settings) -> None:
@@ -62,14 +77,13 @@ def check_message(message: str, settings: Settings) -> None:
         )
 
 
-def read_request(request: Request, payload: Mapping[str, Any]) -> tuple[str, str | None, bool]:
-    """(message, conversation_id, ai_sdk) for either protocol."""
-    ai_sdk = ui_stream.wants_ui_stream(request.headers, request.query_params)
-    if ai_sdk:
+def read_request(request: Request, payload: Mapping[str, Any]) -> ChatRequest:
+    """The turn asked for, in either protocol (the AI SDK's has no `replaces`)."""
+    if ui_stream.wants_ui_stream(request.headers, request.query_params):
         message, conversation_id = ui_stream.parse_ui_request(payload)
-    else:
-        message, conversation_id = parse_chat_body(payload)
-    return message, conversation_id, ai_sdk
+        return ChatRequest(message, conversation_id, None, ai_sdk=True)
+    body = parse_chat_body(payload)
+    return ChatRequest(body.message, body.conversation_id, body.replaces, ai_sdk=False)
 
 
 def respond(turn: Turn, ai_sdk: bool) -> Response:
@@ -79,18 +93,24 @@ def respond(turn: Turn, ai_sdk: bool) -> Response:
 
 
 async def load_history(
-    runtime: Runtime, user_id: str, conversation_id: str
+    runtime: Runtime, user_id: str, conversation_id: str, replaces: str | None = None
 ) -> tuple[HistoryMessage, ...]:
-    """The recent messages of the caller's conversation; another user's id is simply absent.
-    Bounded like the turn's memory read: a hanging database answers 503 in time."""
+    """The recent messages of the caller's conversation's current transcript (before the turn
+    `replaces`, when the new turn replaces one); another user's id is simply absent. Bounded
+    like the turn's memory read: a hanging database answers 503 in time."""
     try:
         stored = await within(
             runtime.settings.memory_read_timeout_seconds,
-            lambda: runtime.conversations.messages(
-                user_id, conversation_id, last=runtime.settings.history_messages
+            lambda: runtime.conversations.history(
+                user_id, conversation_id, last=runtime.settings.history_messages, replaces=replaces
             ),
             what="history read",
         )
+    except TurnNotCurrent:
+        raise NotFound(
+            "replaces: no such turn in this conversation (or it was already replaced).",
+            code="turn_not_found",
+        ) from None
     except Exception:
         raise ServiceUnavailable(
             "The conversation cannot be read right now; start a new one or retry."
@@ -127,8 +147,9 @@ EVENT_STREAM: dict[int | str, dict[str, Any]] = {
 ChatPayload = Annotated[
     dict[str, Any],
     Body(
-        description='`{"message": str, "conversation_id": str | null}` (extra fields are '
-        "refused), or an AI SDK `useChat` body when that protocol is selected.",
+        description='`{"message": str, "conversation_id": str | null, "replaces": str | null}` '
+        "(extra fields are refused; `replaces`: the turn this one regenerates or edits), or an "
+        "AI SDK `useChat` body when that protocol is selected.",
         examples=[{"message": "Remember that I prefer short answers.", "conversation_id": None}],
     ),
 ]
@@ -142,19 +163,20 @@ ChatPayload = Annotated[
 async def chat(
     request: Request, user: CurrentUser, runtime: RuntimeDep, payload: ChatPayload
 ) -> Response:
-    message, conversation_id, ai_sdk = read_request(request, payload)
-    check_message(message, runtime.settings)
+    wanted = read_request(request, payload)
+    check_message(wanted.message, runtime.settings)
     history: tuple[HistoryMessage, ...] = ()
-    if conversation_id is not None:
-        history = await load_history(runtime, user.subject, conversation_id)
+    if wanted.conversation_id is not None:
+        history = await load_history(runtime, user.subject, wanted.conversation_id, wanted.replaces)
     agent = await runtime.agents.chat()
     turn = Turn(
         agent,
         TurnRequest(
-            message=message,
+            message=wanted.message,
             user_id=user.subject,
-            conversation_id=conversation_id,
+            conversation_id=wanted.conversation_id,
             history=history,
+            replaces=wanted.replaces,
         ),
         TurnServices(
             settings=runtime.settings,
@@ -162,6 +184,7 @@ async def chat(
             flags=runtime.flags,
             conversations=runtime.conversations,
             search=runtime.conversations,
+            control=runtime.control,
         ),
     )
-    return respond(turn, ai_sdk)
+    return respond(turn, wanted.ai_sdk)

@@ -1,11 +1,12 @@
-"""The caller's conversation transcripts: list, search, read, delete. Another user's id is a
-404; a search reads the caller's messages only."""
+"""The caller's conversation transcripts: list, search, read, rename, delete. Another user's id
+is a 404; a search reads the caller's messages only."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 from app.api.deps import CurrentUser, RuntimeDep
@@ -14,6 +15,7 @@ from app.api.timestamps import iso_utc
 from app.conversations.repository import Conversation
 from app.conversations.search import MAX_RESULTS
 from app.conversations.service import SearchResult
+from app.conversations.titles import TitleError, checked_title
 from app.db.deadline import DeadlineExceededError, within
 from app.errors import NotFound, ServiceUnavailable, Unprocessable
 
@@ -97,10 +99,37 @@ async def read_conversation(
                 "status": message.status,
                 "turn_id": message.turn_id,
                 "created_at": iso_utc(message.created_at),
+                "superseded_by": message.superseded_by,
             }
             for message in messages
         ],
     }
+
+
+class TitleBody(BaseModel):
+    """`{"title": "..."}`; any other field is refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    title: str
+
+
+@router.patch(
+    "/v1/conversations/{conversation_id}",
+    summary="Rename one conversation",
+    responses=error_responses(401, 404, 422, 503),
+)
+async def rename_conversation(
+    conversation_id: str, body: TitleBody, user: CurrentUser, runtime: RuntimeDep
+) -> dict[str, Any]:
+    try:
+        title = checked_title(body.title)
+    except TitleError as error:
+        raise Unprocessable(str(error), code="invalid_title") from None
+    conversation = await runtime.conversations.rename(user.subject, conversation_id, title)
+    if conversation is None:
+        raise NotFound("No such conversation.")
+    return _summary(conversation)
 
 
 @router.delete(

@@ -43,15 +43,15 @@ async def require_eval_key(
     responses={**EVENT_STREAM, **error_responses(*BODY_ERRORS, 401, 404)},
 )
 async def eval_chat(request: Request, runtime: RuntimeDep, payload: ChatPayload) -> Response:
-    message, conversation_id, ai_sdk = read_request(request, payload)
-    if conversation_id is not None:
+    wanted = read_request(request, payload)  # `replaces` needs a conversation_id: refused too
+    if wanted.conversation_id is not None:
         raise Unprocessable("The evaluation route keeps no conversations: omit conversation_id.")
-    check_message(message, runtime.settings)
+    check_message(wanted.message, runtime.settings)
     agent = await runtime.agents.eval()
     turn = Turn(
         agent,
-        TurnRequest(message=message, user_id=None, store_transcript=False),
+        TurnRequest(message=wanted.message, user_id=None, store_transcript=False),
         # No memory service, no flags, no transcript: nothing here can read or write them.
         TurnServices(settings=runtime.settings),
     )
-    return respond(turn, ai_sdk)
+    return respond(turn, wanted.ai_sdk)

@@ -145,6 +145,7 @@ def _message_view(message: StoredMessage) -> dict[str, Any]:
         "status": message.status,
         "turn_id": message.turn_id,
         "created_at": iso_utc(message.created_at),
+        "superseded_by": message.superseded_by,  # regenerate, edit
     }
 
 

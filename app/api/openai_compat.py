@@ -122,6 +122,7 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
             memory=runtime.memory,
             flags=runtime.flags,
             search=runtime.conversations,  # the same turn: it may search stored transcripts
+            control=runtime.control,  # the save mode: the model says "saved" only when it is
         ),
     )
     completion = Completion(

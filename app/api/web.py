@@ -38,6 +38,14 @@ async def index() -> FileResponse:
     return FileResponse(WEB_ROOT / "index.html", headers=PAGE_HEADERS)
 
 
+# A conversation's address in the web client: the same page, which reads the id from the path
+# once signed in (the token never travels with a page load, so the page, not this route, asks
+# the API and shows "not found" for an id that is not the person's).
+@router.get("/c/{conversation_id}", include_in_schema=False)
+async def conversation_page(conversation_id: str) -> FileResponse:
+    return FileResponse(WEB_ROOT / "index.html", headers=PAGE_HEADERS)
+
+
 # Browsers, bookmarks and feed readers ask the root for the icon whatever the page links to.
 @router.get("/favicon.ico", include_in_schema=False)
 async def favicon() -> FileResponse:

@@ -8,7 +8,17 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Select, bindparam, delete, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Integer,
+    Select,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 
 from app.db.schema import conversation_messages, conversations
 
@@ -31,6 +41,8 @@ class StoredMessage:
     status: MessageStatus
     turn_id: str
     created_at: datetime
+    # The turn that replaced this one (regenerate, edit-and-resend); None: current transcript.
+    superseded_by: str | None = None
 
 
 def now() -> datetime:
@@ -163,35 +175,96 @@ def add_message(
         connection.execute(_TOUCH, {"touched_id": conversation_id, "touched_at": stamp})
 
 
+_IN_CONVERSATION = conversation_messages.c.conversation_id == bindparam(
+    "conversation_id", type_=conversation_messages.c.conversation_id.type
+)
 _MESSAGES = select(
     conversation_messages.c.role,
     conversation_messages.c.content,
     conversation_messages.c.status,
     conversation_messages.c.turn_id,
     conversation_messages.c.created_at,
-).where(
-    conversation_messages.c.conversation_id
-    == bindparam("conversation_id", type_=conversation_messages.c.conversation_id.type)
-)
+    conversation_messages.c.superseded_by,
+).where(_IN_CONVERSATION)
+_CURRENT = conversation_messages.c.superseded_by.is_(None)
+_BEFORE = conversation_messages.c.id < bindparam("before_id", type_=Integer())
 
 
 @cache
-def _messages_query(last: int | None) -> Select[Any]:
+def _messages_query(last: int | None, current: bool = False, before: bool = False) -> Select[Any]:
     """All messages oldest first, or the newest `last` of them newest first (built once per
-    `last`: a literal LIMIT, which every dialect takes)."""
+    shape: a literal LIMIT, which every dialect takes). `current`: only the messages no later
+    turn replaced; `before`: only those stored before the row `before_id`."""
+    query = _MESSAGES
+    if current:
+        query = query.where(_CURRENT)
+    if before:
+        query = query.where(_BEFORE)
     if last is None:
-        return _MESSAGES.order_by(conversation_messages.c.id)
-    return _MESSAGES.order_by(conversation_messages.c.id.desc()).limit(last)
+        return query.order_by(conversation_messages.c.id)
+    return query.order_by(conversation_messages.c.id.desc()).limit(last)
 
 
 def messages(
-    connection: Connection, conversation_id: str, *, last: int | None = None
+    connection: Connection,
+    conversation_id: str,
+    *,
+    last: int | None = None,
+    current: bool = False,
+    before_id: int | None = None,
 ) -> list[StoredMessage]:
-    """Messages in order; with `last`, only the most recent `last` of them."""
-    rows = list(connection.execute(_messages_query(last), {"conversation_id": conversation_id}))
+    """Messages in order; with `last`, only the most recent `last` of them; with `current`,
+    only the current transcript's; with `before_id`, only those stored before that row."""
+    query = _messages_query(last, current, before_id is not None)
+    values: dict[str, Any] = {"conversation_id": conversation_id}
+    if before_id is not None:
+        values["before_id"] = before_id
+    rows = list(connection.execute(query, values))
     if last is not None:
         rows.reverse()
     return [StoredMessage(*row) for row in rows]
+
+
+def first_current_row(connection: Connection, conversation_id: str, turn_id: str) -> int | None:
+    """The first row of `turn_id` in the conversation's current transcript (None: the turn is
+    not there: unknown, or already replaced)."""
+    return connection.execute(
+        select(func.min(conversation_messages.c.id)).where(
+            conversation_messages.c.conversation_id == conversation_id,
+            conversation_messages.c.turn_id == turn_id,
+            _CURRENT,
+        )
+    ).scalar()
+
+
+def supersede_from(
+    connection: Connection, conversation_id: str, first_row: int, by_turn: str
+) -> None:
+    """Mark the current transcript from row `first_row` on as replaced by the turn `by_turn`:
+    the replaced turn and every later one leave the current transcript and are kept."""
+    connection.execute(
+        update(conversation_messages)
+        .where(
+            conversation_messages.c.conversation_id == conversation_id,
+            conversation_messages.c.id >= first_row,
+            _CURRENT,
+        )
+        .values(superseded_by=by_turn)
+    )
+
+
+def rename(connection: Connection, user_id: str, conversation_id: str, title: str) -> bool:
+    """Set the owner's conversation's title; False when it is not the owner's (nothing done).
+    Read first rather than trusting the UPDATE's row count: MariaDB counts changed rows, so an
+    unchanged title would read as absent."""
+    if get(connection, user_id, conversation_id) is None:
+        return False
+    connection.execute(
+        update(conversations)
+        .where(conversations.c.id == conversation_id, conversations.c.user_id == user_id)
+        .values(title=title)
+    )
+    return True
 
 
 def remove(connection: Connection, user_id: str, conversation_id: str) -> bool:

@@ -172,5 +172,12 @@ def _plain(text: str) -> str:
     return re.sub(r"\s+", " ", text.translate(_ESCAPED_MARKS))
 
 
+def unmarked(snippet_text: str) -> str:
+    """A snippet without its match marks: what the model reads. Marks are for the person's
+    search view (the web client highlights them); a model given them copies them into its
+    answer. Marks in the stored text were already turned into ‹ › by `snippet`."""
+    return snippet_text.replace(MARK_OPEN, "").replace(MARK_CLOSE, "")
+
+
 def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + ELLIPSIS

@@ -17,12 +17,12 @@ from app.concurrency import to_thread
 from app.conversations import repository, search
 from app.conversations.repository import Conversation, MessageStatus, Role, StoredMessage
 from app.conversations.search_text import query_words, snippet
+from app.conversations.titles import title_from_message
 from app.db.engine import one_statement_read
 from app.telemetry.sensitive import register_search
 
 log = structlog.get_logger(__name__)
 
-TITLE_CHARS = 80
 # Conversation ids are uuid4() in canonical text form; nothing else can name one.
 _CONVERSATION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -38,9 +38,8 @@ def is_conversation_id(value: str) -> bool:
     return _CONVERSATION_ID.fullmatch(value) is not None
 
 
-def title_for(message: str) -> str:
-    first_line = message.strip().splitlines()[0] if message.strip() else "New conversation"
-    return first_line[:TITLE_CHARS].strip() or "New conversation"
+class TurnNotCurrent(LookupError):
+    """The turn a request replaces is not in the conversation's current transcript."""
 
 
 @dataclass(frozen=True)
@@ -94,8 +93,51 @@ class ConversationService:
     async def messages(
         self, user_id: str, conversation_id: str, *, last: int | None = None
     ) -> list[StoredMessage] | None:
-        """The owner's messages (the last `last` of them), or None when not the owner's."""
+        """The owner's messages, replaced ones included (the last `last` of them), or None
+        when not the owner's."""
         return await to_thread(self._messages, user_id, conversation_id, last)
+
+    def _history(
+        self, user_id: str, conversation_id: str, last: int, replaces: str | None
+    ) -> list[StoredMessage] | None:
+        if not is_conversation_id(conversation_id):
+            return None
+        with self.engine.connect() as connection:
+            if repository.get(connection, user_id, conversation_id) is None:
+                return None
+            before_id = None
+            if replaces is not None:
+                before_id = (
+                    repository.first_current_row(connection, conversation_id, replaces)
+                    if is_conversation_id(replaces)  # turn ids are uuid4 text too
+                    else None
+                )
+                if before_id is None:
+                    raise TurnNotCurrent(replaces)
+            return repository.messages(
+                connection, conversation_id, last=last, current=True, before_id=before_id
+            )
+
+    async def history(
+        self, user_id: str, conversation_id: str, *, last: int, replaces: str | None = None
+    ) -> list[StoredMessage] | None:
+        """What the model reads before a new turn: the last `last` messages of the current
+        transcript (no replaced turn), and when the turn `replaces` one, only those before it.
+        None when the conversation is not the owner's; TurnNotCurrent when `replaces` is not
+        a turn of its current transcript."""
+        return await to_thread(self._history, user_id, conversation_id, last, replaces)
+
+    def _rename(self, user_id: str, conversation_id: str, title: str) -> Conversation | None:
+        if not is_conversation_id(conversation_id):
+            return None
+        with self.engine.begin() as connection:
+            if not repository.rename(connection, user_id, conversation_id, title):
+                return None
+            return repository.get(connection, user_id, conversation_id)
+
+    async def rename(self, user_id: str, conversation_id: str, title: str) -> Conversation | None:
+        """Give the owner's conversation a checked title; None when it is not the owner's."""
+        return await to_thread(self._rename, user_id, conversation_id, title)
 
     def _delete(self, user_id: str, conversation_id: str) -> bool:
         if not is_conversation_id(conversation_id):
@@ -180,7 +222,7 @@ class ConversationService:
         stamp = repository.now()
         with self._transcript_write() as connection:
             repository.create(
-                connection, conversation_id, user_id, title_for(first_message), stamp=stamp
+                connection, conversation_id, user_id, title_from_message(first_message), stamp=stamp
             )
             repository.add_message(
                 connection,
@@ -204,9 +246,21 @@ class ConversationService:
             return None
 
     def _append(
-        self, conversation_id: str, turn_id: str, role: Role, content: str, status: MessageStatus
+        self,
+        conversation_id: str,
+        turn_id: str,
+        role: Role,
+        content: str,
+        status: MessageStatus,
+        replaces: str | None,
     ) -> None:
         with self._transcript_write() as connection:
+            if replaces is not None:
+                # In the same transaction as the new message: the transcript never shows both
+                # versions as current, nor neither.
+                first_row = repository.first_current_row(connection, conversation_id, replaces)
+                if first_row is not None:
+                    repository.supersede_from(connection, conversation_id, first_row, turn_id)
             repository.add_message(connection, conversation_id, turn_id, role, content, status)
 
     async def append(
@@ -216,12 +270,16 @@ class ConversationService:
         role: Role,
         content: str,
         status: MessageStatus = "complete",
+        *,
+        replaces: str | None = None,
     ) -> bool:
-        """Store one message; a failure is logged (without content) and the turn goes on."""
+        """Store one message; a failure is logged (without content) and the turn goes on.
+        `replaces`: the turn this one replaces (regenerate, edit-and-resend); it and every
+        later turn leave the current transcript, kept as replaced versions."""
         if conversation_id is None:
             return False
         try:
-            await to_thread(self._append, conversation_id, turn_id, role, content, status)
+            await to_thread(self._append, conversation_id, turn_id, role, content, status, replaces)
         except Exception as error:
             log.warning(
                 "conversation.append_failed",

@@ -85,6 +85,9 @@ conversation_messages = Table(
     Column("content", long_text(), nullable=False),
     Column("status", String(16), nullable=False, server_default="complete"),
     Column("created_at", precise_timestamp(), nullable=False),
+    # The turn that replaced this message's turn (regenerate, edit-and-resend; revision 0008);
+    # NULL while the message is part of the current transcript. Superseded rows are kept.
+    Column("superseded_by", Identifier(ID_CHARS), nullable=True),
     PrimaryKeyConstraint("id", name=f"pk_{PREFIX}conversation_messages"),
     ForeignKeyConstraint(
         ["conversation_id"],

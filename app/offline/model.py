@@ -266,6 +266,15 @@ class OfflineModel:
             payload = {}
         status = payload.get("status") if isinstance(payload, dict) else None
         if status == "staged":
+            if payload.get("save_mode") == "ask":
+                # Nothing is saved before the person accepts: the answer says so (issue 34).
+                return (
+                    "I'll ask you before forgetting that."
+                    if removed
+                    else "I'll ask you before saving that."
+                )
+            if payload.get("save_mode") == "unknown":
+                return "I'll save that unless you review changes first."
             return "Forgotten." if removed else "Saved."
         if status == "rejected":
             return f"I could not save that: {payload.get('reason', 'it was rejected')}"

@@ -30,9 +30,10 @@ BODY_ROUTES: dict[tuple[str, str], dict[str, str]] = {
     ("POST", "/v1/memory/operations"): OPERATOR,
     ("PUT", "/v1/admin/flags/{name}"): OPERATOR,
     ("PUT", "/v1/memory/settings"): OPERATOR,
+    ("PATCH", "/v1/conversations/{conversation_id}"): OPERATOR,
     ("POST", "/openai/v1/chat/completions"): OPERATOR,
 }
-PATH_VALUES = {"name": "memory"}
+PATH_VALUES = {"name": "memory", "conversation_id": "00000000-0000-4000-8000-000000000000"}
 
 UNUSABLE: list[Any] = [
     pytest.param(b"{oops", NOT_JSON, id="malformed"),

@@ -114,7 +114,9 @@ def test_deleting_a_conversation_removes_its_hits(engine: Engine, db_url: str) -
 def test_the_tool_answers_the_model_with_the_callers_bounded_results(
     engine: Engine, db_url: str
 ) -> None:
-    """The results reach the model, labelled untrusted and bounded; bob's message and the
+    """The results reach the model, labelled untrusted, bounded and without the match marks
+    (« » are for the person's search view; a model given them copies them into its answer,
+    issue 34); bob's message and the
     turn's own message are not among them; an extra `user_id` (bob) changes nothing; the
     event counts the results; memory stays empty."""
     model = ScriptedModel(
@@ -141,6 +143,7 @@ def test_the_tool_answers_the_model_with_the_callers_bounded_results(
     snippets = [result["snippet"] for result in answer["results"]]
     assert len(snippets) == 2 and all("okapi" in s for s in snippets)
     assert not any("bob" in s or "what did we say" in s for s in snippets)
+    assert not any(mark in s for s in snippets for mark in (MARK_OPEN, MARK_CLOSE))
     assert len(model.requests[4].messages[-1]["content"]) <= MAX_RESULT_CHARS
     assert first(plain, "tool").data == {"name": SEARCH, "outcome": "found", "result_count": 2}
     # The spoofed owner changes nothing; the earlier search turn's question is found now.

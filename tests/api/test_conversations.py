@@ -48,7 +48,7 @@ def test_history_is_sent_on_the_next_turn_and_bounded(engine: Engine, db_url: st
         ("assistant", "complete"),
     ] * 3
     assert {m["turn_id"] for m in body["messages"][:2]} == {one[0].data["turn_id"]}
-    assert body["title"] == "first question"
+    assert body["title"] == "First question"  # titled from the first message
     model.assert_done()
 
 

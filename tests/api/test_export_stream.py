@@ -78,4 +78,5 @@ def test_pages_at_and_past_the_bound_export_everything_in_order(
             "status",
             "turn_id",
             "created_at",
+            "superseded_by",
         }

@@ -32,8 +32,9 @@ from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.browser
 
-TITLE = REMEMBER  # a conversation is titled by its first message
+TITLE = "I prefer short answers"  # titled from the first message (app/conversations/titles.py)
 ADDED = f"Added to About you: {SAVED_ENTRY}"
+PROPOSED = f"Add to About you: {SAVED_ENTRY}"  # a card says what accepting would do
 
 
 def history_items(page: Page):  # noqa: ANN201 (a Locator)
@@ -106,12 +107,12 @@ def test_ask_before_saving_shows_proposals_to_accept_or_reject(
     settled(page, 1)
     open_memory(page)
     expect(cards(page)).to_have_count(1)
-    expect(cards(page).first).to_contain_text(ADDED)
-    expect(cards(page).first).to_contain_text(f"From “{TITLE}”")
+    expect(cards(page).first).to_contain_text(PROPOSED)
+    expect(cards(page).first).to_contain_text(f"Proposed from “{TITLE}”")
     expect(user_entries(page)).to_have_count(0)
     assert memory_of(server, token)["user"]["entries"] == []
 
-    page.get_by_role("button", name=f"Accept: {ADDED}").click()
+    page.get_by_role("button", name=f"Accept: {PROPOSED}").click()
     expect(cards(page)).to_have_count(0)
     expect(page.locator("#memory [data-section=proposals]")).to_be_hidden()
     expect(user_entries(page)).to_have_text([SAVED_ENTRY])
@@ -124,7 +125,7 @@ def test_ask_before_saving_shows_proposals_to_accept_or_reject(
     settled(page, 2)
     open_memory(page)
     expect(cards(page)).to_have_count(1)
-    page.get_by_role("button", name="Reject: Added to About you", exact=False).click()
+    page.get_by_role("button", name="Reject: Add to About you", exact=False).click()
     expect(cards(page)).to_have_count(0)
     expect(page.locator("#memory-notice [role=status]")).to_have_text(
         "Proposal rejected: nothing was saved."
@@ -155,7 +156,7 @@ def test_a_proposal_card_appears_while_the_turn_is_still_open(
             wait_for(lambda: GATE in gates.held, "the turn held after its memory event")
             open_memory(page)
             expect(cards(page)).to_have_count(1)
-            expect(cards(page).first).to_contain_text(ADDED)
+            expect(cards(page).first).to_contain_text(PROPOSED)
             expect(answer).to_have_attribute("data-state", "streaming")
         finally:
             gates.release(GATE)
@@ -201,7 +202,7 @@ def test_the_next_person_sees_none_of_the_previous_ones_history_or_proposals(
     settled(page, 2)
     open_memory(page)
     expect(cards(page)).to_have_count(2)
-    page.get_by_role("button", name=f"Accept: {ADDED}").click()
+    page.get_by_role("button", name=f"Accept: {PROPOSED}").click()
     expect(history_items(page)).to_have_count(1)
     sign_out(page)
     sign_in(page, server, f"jade-{screen}")

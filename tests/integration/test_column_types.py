@@ -25,6 +25,7 @@ ID_COLUMNS = {
     ("amem_conversations", "user_id"): 128,
     ("amem_conversation_messages", "conversation_id"): 36,
     ("amem_conversation_messages", "turn_id"): 36,
+    ("amem_conversation_messages", "superseded_by"): 36,
     ("amem_memory_changes", "id"): 36,
     ("amem_memory_changes", "user_id"): 128,
     ("amem_memory_changes", "turn_id"): 36,
@@ -36,7 +37,8 @@ ID_COLUMNS = {
     ("amem_memory_proposals", "conversation_id"): 36,
     ("amem_memory_preferences", "user_id"): 128,
 }
-# Ids that may be absent: who set a flag, and a change's or proposal's turn, conversation, undo.
+# Ids that may be absent: who set a flag, a change's or proposal's turn, conversation, undo,
+# and the turn that superseded a message.
 NULLABLE_IDS = {
     ("amem_feature_flags", "updated_by"),
     *(
@@ -45,6 +47,7 @@ NULLABLE_IDS = {
         for column in ("turn_id", "conversation_id")
     ),
     ("amem_memory_changes", "undoes"),
+    ("amem_conversation_messages", "superseded_by"),  # NULL: part of the current transcript
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, inspect, text
+from sqlalchemy import Engine, inspect, select, text
 
 from app.conversations import repository as conversations
 from app.db.engine import build_engine
@@ -21,7 +21,7 @@ from app.db.migrate import (
     head_revision,
     upgrade,
 )
-from app.db.schema import is_search_object, metadata
+from app.db.schema import conversation_messages, is_search_object, metadata
 from app.db.writers import maintenance
 from app.memory.service import MemoryService
 from tests.support.databases import mariadb_database, migrate
@@ -281,6 +281,10 @@ def test_the_way_back_refuses_to_truncate_long_messages(mariadb_fresh: Engine) -
     with pytest.raises(RuntimeError, match="longer than the previous schema's TEXT"):
         migrate(engine, PREVIOUS, down=True)
     assert current_revision(engine) == NAMESPACED
-    with engine.connect() as connection:
-        stored = conversations.messages(connection, CONVERSATION)
-    assert [m.content for m in stored] == [long_message]
+    with engine.connect() as connection:  # the columns of this revision, not of head
+        stored = connection.execute(
+            select(conversation_messages.c.content).where(
+                conversation_messages.c.conversation_id == CONVERSATION
+            )
+        ).scalars()
+        assert list(stored) == [long_message]

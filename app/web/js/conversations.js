@@ -20,6 +20,7 @@ export class ConversationList {
     this.client = null;
     this.currentId = null;
     this.busy = false;
+    this.titles = new Map(); // id -> title, from the last full list
   }
 
   attach(client) {
@@ -29,10 +30,15 @@ export class ConversationList {
   async load() {
     try {
       const body = await this.client.request("/v1/conversations");
+      this.titles = new Map(body.conversations.map((c) => [c.id, c.title]));
       this.render(body.conversations);
     } catch (error) {
       if (!isSessionEnd(error)) this.onError(`Could not load conversations: ${describe(error)}`);
     }
+  }
+
+  titleOf(id) {
+    return this.titles.get(id) || null;
   }
 
   render(conversations) {
@@ -98,6 +104,7 @@ export class ConversationList {
 
   reset() {
     this.client = null;
+    this.titles = new Map();
     this.currentId = null;
     this.busy = false;
     this.container.replaceChildren();

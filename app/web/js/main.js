@@ -6,13 +6,16 @@ import { Composer } from "./chat/composer.js";
 import { Chat } from "./chat/chat.js";
 import { Follower } from "./chat/follow.js";
 import { MessageView } from "./chat/messages.js";
+import { ChatTitle } from "./chat/title.js";
 import { ConversationList } from "./conversations.js";
 import { ConversationSearch } from "./search.js";
 import { closeDialogs } from "./dialog.js";
 import { $, drawIcons, focusQuietly } from "./dom.js";
 import { Drawers } from "./drawers.js";
 import { MemoryPanel } from "./memory/panel.js";
+import { relabelTurns } from "./memory/status.js";
 import { Notice } from "./notice.js";
+import { Router } from "./router.js";
 import { dropToken, keepToken, savedToken, subjectOf, takeTokenFromFragment } from "./session.js";
 
 const SESSION_ENDED = "Your session has ended. Please sign in again.";
@@ -36,8 +39,24 @@ const drawers = new Drawers({
 const memory = new MemoryPanel({
   root: $("memory"),
   onStatus: (status) => { $("welcome").dataset.memory = status === "disabled" ? "off" : "on"; },
+  onChanged: (extras, rejected) => relabelTurns($("messages"), extras, rejected),
 });
+const router = new Router({
+  onRoute: (id) => {
+    if (!client) return;
+    if (id) chat.open(id, null, { fromAddress: true });
+    else chat.newConversation({ fromAddress: true });
+  },
+});
+
 const chatNotice = new Notice($("chat-notice"));
+// The header and the tab say which conversation is open; Rename is there.
+const title = new ChatTitle({
+  heading: $("chat-title"),
+  renameButton: $("rename-conversation"),
+  onRenamed: () => conversations.load(),
+  onError: (text) => chatNotice.show(text, "error"),
+});
 const conversations = new ConversationList({
   container: $("conversation-list"),
   empty: $("conversations-empty"),
@@ -63,10 +82,14 @@ const composer = new Composer({
   onStop: () => chat.stop(),
 });
 const chat = new Chat({
-  view: new MessageView({ list: $("messages"), welcome: $("welcome"), follower }),
+  view: new MessageView({ list: $("messages"), welcome: $("welcome"), follower,
+    onRegenerate: (turnId, text) => chat.send(text, { replaces: turnId }),
+    onEdit: (turnId, text) => chat.send(text, { replaces: turnId }) }),
   composer,
   conversations,
   memory,
+  router,
+  onTitle: (text, id) => title.show(text, id),
   notice: chatNotice,
   onNavigate: () => drawers.close({ restoreFocus: false }),
   onStreaming: (streaming) => {
@@ -107,21 +130,29 @@ async function signIn(token) {
   client = new ApiClient(token, { onUnauthorized: () => signOut(SESSION_ENDED) });
   const subject = subjectOf(token) || "unknown user";
   keepToken(token);
-  for (const part of [conversations, search, memory, chat]) part.attach(client);
+  for (const part of [conversations, search, memory, chat, title]) part.attach(client);
   $("account-name").textContent = subject;
   $("account-avatar").textContent = subject.slice(0, 1).toUpperCase();
   $("account").hidden = false;
   $("sign-in").hidden = true;
   $("workspace").hidden = false;
   signInNotice.clear();
-  chat.newConversation();
+  // A reload, a bookmark or a link opens the conversation its address names.
+  const addressed = router.current();
+  if (addressed) chat.open(addressed, null, { fromAddress: true });
+  else chat.newConversation({ fromAddress: true });
   await Promise.all([conversations.load(), memory.load()]);
 }
 
 // Sign-out, or a 401 from an expired token: every request of the session is aborted and every
 // trace of the person leaves the page (name, conversations, messages, memory, statuses, drafts).
+// An expired session keeps the address, so that signing in again returns there; signing out
+// leaves it too (the next person starts with a new chat).
 function signOut(message = "") {
   if (client) client.close();
+  if (!message) router.show(null, { replace: true });
+  title.reset();
+  $("conversation-scroll").scrollTop = 0;
   client = null;
   dropToken();
   closeDialogs();
@@ -176,6 +207,13 @@ function wire() {
   for (const id of ["new-conversation", "new-conversation-narrow"]) {
     $(id).addEventListener("click", () => chat.newConversation());
   }
+  // Links to a conversation inside the page (a memory entry's origin) open it in place.
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest("a[data-conversation]");
+    if (!link || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    event.preventDefault();
+    chat.open(link.dataset.conversation);
+  });
   for (const suggestion of document.querySelectorAll(".suggestion")) {
     suggestion.addEventListener("click", () => composer.fill(suggestion.textContent.trim()));
   }

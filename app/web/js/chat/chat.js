@@ -1,11 +1,12 @@
-// The chat: the current conversation, its messages, the composer and the turn in flight.
+// The chat: the current conversation, its messages, the composer and the turn in flight. Its
+// address follows the conversation shown (router.js).
 
-import { describe, isSessionEnd } from "../api.js";
+import { ApiError, describe, isSessionEnd } from "../api.js";
 import { Turn } from "./turn.js";
 
 export class Chat {
-  constructor({ view, composer, conversations, memory, notice, onNavigate = () => {},
-    onStreaming = () => {}, onSettled = () => {} }) {
+  constructor({ view, composer, conversations, memory, notice, router, onNavigate = () => {},
+    onStreaming = () => {}, onSettled = () => {}, onTitle = () => {} }) {
     this.view = view;
     this.composer = composer;
     this.conversations = conversations;
@@ -14,6 +15,8 @@ export class Chat {
     this.onNavigate = onNavigate;
     this.onStreaming = onStreaming;
     this.onSettled = onSettled;
+    this.onTitle = onTitle;
+    this.router = router;
     this.client = null;
     this.conversationId = null;
     this.turn = null;
@@ -28,32 +31,48 @@ export class Chat {
     return this.turn !== null;
   }
 
-  newConversation() {
+  // `fromAddress`: the address already says where we are (Back, Forward, a reload).
+  newConversation({ fromAddress = false } = {}) {
     if (this.turn) return;
     this.opening += 1;
     this.conversationId = null;
     this.view.clear();
     this.notice.clear();
     this.conversations.markCurrent(null);
+    if (!fromAddress) this.router.show(null);
+    this.onTitle(null);
     this.onNavigate();
     this.composer.focus();
   }
 
   // `hit` (a search result: role and created_at of one message) opens the conversation there.
-  async open(id, hit = null) {
+  async open(id, hit = null, { fromAddress = false } = {}) {
     if (this.turn) return;
     const ticket = ++this.opening;
+    if (!fromAddress) this.router.show(id);
     let conversation;
     try {
       conversation = await this.client.request(`/v1/conversations/${encodeURIComponent(id)}`);
     } catch (error) {
-      if (!isSessionEnd(error)) this.notice.show(`Could not open the conversation: ${describe(error)}`, "error");
+      if (ticket !== this.opening || isSessionEnd(error)) return;
+      if (error instanceof ApiError && error.status === 404) {
+        // Another person's conversation, or a deleted one: a place that does not exist here.
+        this.conversationId = null;
+        this.conversations.markCurrent(null);
+        this.onTitle(null);
+        this.view.showNotFound(() => this.newConversation());
+        this.onNavigate();
+      } else {
+        this.notice.show(`Could not open the conversation: ${describe(error)}`, "error");
+      }
       return;
     }
     if (ticket !== this.opening || this.turn) return;
     this.conversationId = id;
     this.notice.clear();
+    this.onTitle(conversation.title, id);
     this.view.showTranscript(conversation.messages);
+    this.memory.relabel();
     if (hit) {
       this.view.reveal(conversation.messages.findIndex(
         (message) => message.role === hit.role && message.created_at === hit.created_at));
@@ -67,19 +86,28 @@ export class Chat {
     if (id === this.conversationId) this.newConversation();
   }
 
-  async send(message) {
+  // `replaces`: the turn this message regenerates or edits; it and the turns after it fold
+  // away as earlier versions.
+  async send(message, { replaces = null } = {}) {
+    if (this.turn) return;
     this.notice.clear();
     this.opening += 1;
+    if (replaces) this.view.supersede(replaces);
     const now = new Date().toISOString();
-    this.view.addUser(message, now);
+    const question = this.view.addUser(message, now);
     const answer = this.view.addAnswer({ streaming: true });
     const turn = new Turn({
       client: this.client,
       message,
       conversationId: this.conversationId,
+      replaces,
       answer,
-      onStart: (conversationId, status) => {
-        if (conversationId) this.conversationId = conversationId;
+      onStart: (conversationId, status, turnId) => {
+        question.dataset.turn = turnId;
+        if (conversationId && conversationId !== this.conversationId) {
+          this.conversationId = conversationId;
+          this.router.show(conversationId, { replace: true }); // the new chat got its address
+        }
         this.memory.setStatus(status);
       },
       onError: (text) => this.notice.show(text, "error"),
@@ -100,6 +128,7 @@ export class Chat {
     if (turn.ended || !this.client) return;
     await this.conversations.load();
     this.conversations.markCurrent(this.conversationId);
+    this.onTitle(this.conversations.titleOf(this.conversationId), this.conversationId);
     turn.labelMemory(await this.memory.turnEnded(turn, before));
     this.onSettled();
   }

@@ -9,7 +9,12 @@ export class Follower {
     this.jumpButton = jumpButton;
     this.pinned = true;
     this.lastTop = 0;
+    this.lastSize = this.size();
     scroller.addEventListener("scroll", () => this.onScroll(), { passive: true });
+    // The chat's width changes when a panel opens or closes, which rewraps every line: a
+    // follower at the bottom stays there. (The scroll the browser makes to clamp the position
+    // is not the person's.)
+    new ResizeObserver(() => this.resized()).observe(scroller);
     jumpButton.addEventListener("click", () => {
       this.jump();
       onJump();
@@ -21,8 +26,23 @@ export class Follower {
     return scrollHeight - scrollTop - clientHeight;
   }
 
-  // Content growth never fires `scroll`, so a scroll event that moved up is the person's doing.
+  size() {
+    return `${this.scroller.clientWidth}x${this.scroller.clientHeight}`;
+  }
+
+  resized() {
+    this.lastSize = this.size();
+    if (this.pinned) this.toBottom();
+    else this.update();
+  }
+
+  // Content growth never fires `scroll`, so a scroll event that moved up is the person's doing,
+  // unless the scroller's size changed since the last one (a panel opened or closed).
   onScroll() {
+    if (this.size() !== this.lastSize) {
+      this.resized();
+      return;
+    }
     const top = this.scroller.scrollTop;
     if (this.distance() <= NEAR_BOTTOM) this.pinned = true;
     else if (top < this.lastTop) this.pinned = false;

@@ -24,10 +24,14 @@ const TOOL_CHIPS = {
 
 export class Turn {
   // onStart(conversationId, memoryStatus), onError(text) and onMemory(event) are the chat's.
-  constructor({ client, message, conversationId, answer, onStart, onError, onMemory = () => {} }) {
+  // `replaces`: the turn this one regenerates or edits (docs/api.md).
+  constructor({ client, message, conversationId, replaces = null, answer, onStart, onError,
+    onMemory = () => {} }) {
     this.client = client;
     this.message = message;
     this.conversationId = conversationId;
+    this.replaces = replaces;
+    this.turnId = null;
     this.answer = answer;
     this.onStart = onStart;
     this.onError = onError;
@@ -51,6 +55,7 @@ export class Turn {
   async run() {
     const body = { message: this.message };
     if (this.conversationId) body.conversation_id = this.conversationId;
+    if (this.replaces) body.replaces = this.replaces;
     try {
       const response = await this.client.fetch("/v1/chat", { method: "POST", body,
         signal: this.controller.signal, accept: "text/event-stream" });
@@ -82,7 +87,9 @@ export class Turn {
     switch (name) {
       case "start":
         this.status = data.memory.status;
-        this.onStart(data.conversation_id, this.status);
+        this.turnId = data.turn_id;
+        this.answer.setTurn(data.turn_id);
+        this.onStart(data.conversation_id, this.status, data.turn_id);
         break;
       case "delta":
         this.answer.append(data.text);
@@ -93,7 +100,12 @@ export class Turn {
         if (chip) {
           const [text, kind] = chip(data);
           const element = this.answer.chip(text, kind);
-          if (data.name === "memory_update" && data.outcome === "staged") this.memoryChips.push(element);
+          if (data.name === "memory_update" && data.outcome === "staged") {
+            // The turn's memory chip from the start, so that a relabel finds it (status.js).
+            element.classList.add("memory-chip");
+            if (this.turnId) element.dataset.turn = this.turnId;
+            this.memoryChips.push(element);
+          }
         }
         break;
       }
@@ -115,11 +127,15 @@ export class Turn {
   }
 
   // The memory outcome is known (from the panel's reading after the turn): label the chips.
+  // The chip keeps its turn and the event's outcome, so that a later accept, reject, undo or
+  // expiry relabels it (memory/status.js).
   labelMemory(outcome) {
     if (!this.memoryChips.length) return;
     const [first, ...rest] = this.memoryChips;
     rest.forEach((chip) => chip.remove());
     first.textContent = outcome && outcome.short ? outcome.short : "Memory unchanged";
-    first.className = `chip ${outcome ? outcome.kind : ""}`.trim();
+    first.className = `chip memory-chip ${outcome ? outcome.kind : ""}`.trim();
+    if (this.turnId) first.dataset.turn = this.turnId;
+    if (this.memory) first.dataset.outcome = this.memory.outcome;
   }
 }

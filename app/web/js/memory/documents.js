@@ -1,8 +1,13 @@
 // The memory panel's documents section: "About you" and "Agent notes", each with its usage bar,
 // its entries (edit, remove) and a field to add one. Every change goes through `apply`, which
 // sends it to the API; this module only shows state and collects the person's edits.
+//
+// Entries are rendered as the chat renders answers (safe markdown: markdown.js). Each entry's
+// origin line opens, on demand, every change that touched it.
 
 import { $, button, el, focusQuietly } from "../dom.js";
+import { renderMarkdown } from "../markdown.js";
+import { timeElement } from "../time.js";
 import { TARGETS } from "./model.js";
 
 const TITLES = { user: "About you", memory: "Agent notes" };
@@ -10,10 +15,12 @@ const TITLES = { user: "About you", memory: "Agent notes" };
 export class DocumentsSection {
   // apply(operations) -> Promise<boolean>: true when the API accepted the batch.
   // originOf(target, entry) -> string: where the entry came from ("" when not known).
-  constructor({ root, apply, originOf = () => "" }) {
+  // historyOf(target, entry) -> [{text, createdAt, conversationId}]: every change to it.
+  constructor({ root, apply, originOf = () => "", historyOf = () => [] }) {
     this.root = root;
     this.apply = apply;
     this.originOf = originOf;
+    this.historyOf = historyOf;
     this.editors = 0;
     for (const form of root.querySelectorAll(".add-entry")) {
       form.addEventListener("submit", (event) => this.onAdd(event));
@@ -46,20 +53,41 @@ export class DocumentsSection {
       iconName: "edit", iconOnly: true, label: `Edit: ${entry}` });
     const remove = button("Remove", () => this.apply([{ target, action: "remove", match: entry }]), {
       iconName: "trash", iconOnly: true, label: `Remove: ${entry}` });
-    const origin = el("p", { className: "entry-origin muted small", text: this.originOf(target, entry) });
+    const summary = el("summary", { className: "muted small", text: this.originOf(target, entry) });
+    const origin = el("details", { className: "entry-origin" }, [summary, el("ol", { className: "origin-list" })]);
     origin.dataset.target = target;
     origin.dataset.entry = entry;
-    const body = el("div", { className: "entry-body" },
-      [el("p", { className: "entry-text", text: entry }), origin]);
+    origin.hidden = !summary.textContent;
+    origin.addEventListener("toggle", () => { if (origin.open) this.fillOrigin(origin); });
+    const text = el("div", { className: "entry-text markdown" });
+    renderMarkdown(text, entry);
+    const body = el("div", { className: "entry-body" }, [text, origin]);
     item.append(body, el("div", { className: "entry-actions" }, [edit, remove]));
     return item;
+  }
+
+  // The full origin, built when opened: each change to the entry with its exact time and a
+  // link to its conversation.
+  fillOrigin(origin) {
+    const lines = this.historyOf(origin.dataset.target, origin.dataset.entry);
+    origin.querySelector("ol").replaceChildren(...lines.map(({ text, createdAt, conversationId }) => {
+      const parts = [`${text} · `, timeElement(createdAt)];
+      if (conversationId) {
+        parts.push(" · ", el("a", { text: "open conversation", attrs: {
+          href: `/c/${encodeURIComponent(conversationId)}`, "data-conversation": conversationId } }));
+      }
+      return el("li", { className: "small" }, parts);
+    }));
   }
 
   // The history arrived or changed: only the origin lines are rewritten, never the entries
   // (an editor opened meanwhile stays as it is).
   updateOrigins() {
     for (const origin of this.root.querySelectorAll(".entry-origin")) {
-      origin.textContent = this.originOf(origin.dataset.target, origin.dataset.entry);
+      const text = this.originOf(origin.dataset.target, origin.dataset.entry);
+      origin.querySelector("summary").textContent = text;
+      origin.hidden = !text;
+      if (origin.open) this.fillOrigin(origin);
     }
   }
 

@@ -26,3 +26,20 @@ export class ManageSection {
     this.askFirst.disabled = true;
   }
 }
+
+function exportName(response) {
+  const match = /filename="([^"]+)"/.exec(response.headers.get("content-disposition") || "");
+  return match ? match[1] : "memory-export.json";
+}
+
+// The export's answer, saved as the file the server names.
+export async function saveDownload(response) {
+  const url = URL.createObjectURL(await response.blob());
+  const link = document.createElement("a");
+  link.href = url;
+  link.download = exportName(response);
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}

@@ -3,6 +3,18 @@
 
 export const TARGETS = ["user", "memory"];
 
+// What the panel says about memory's state, and about a change the API refused as a conflict.
+export const STATE_TEXT = {
+  disabled: "Memory is switched off by the operator. Saved entries are kept and you can still "
+    + "view them or forget everything, but nothing new is saved.",
+  unavailable: "Memory is unavailable right now: the assistant answers without it and nothing is saved.",
+};
+
+export const CONFLICTS = {
+  stale_undo: "Cannot undo: that entry has changed since. Nothing was changed.",
+  stale_match: "Not saved: memory has changed since this was proposed. You can reject it.",
+};
+
 export function entriesOf(state, target) {
   return state ? state[target].entries : [];
 }
@@ -51,6 +63,28 @@ export function editOutcome(before, after) {
   const difference = diff(before, after);
   if (!difference.changed) return { text: ALREADY_SAVED, kind: "info" };
   return { text: `Saved: ${summarize(difference)}.`, kind: "success" };
+}
+
+// What an undo did, in the undo's own words: undoing an addition removes the entry, undoing a
+// removal restores it, undoing an edit changes it back.
+export function undoOutcome(before, after) {
+  const difference = diff(before, after);
+  if (!difference.changed) return { text: "Undone: nothing needed to change.", kind: "info" };
+  let restored = 0;
+  let changedBack = 0;
+  let removed = 0;
+  for (const target of TARGETS) {
+    const { added: plus, removed: minus } = difference[target];
+    const pairs = Math.min(plus.length, minus.length);
+    changedBack += pairs;
+    restored += plus.length - pairs;
+    removed += minus.length - pairs;
+  }
+  const parts = [];
+  if (removed) parts.push(`${plural(removed, "entry", "entries")} removed`);
+  if (restored) parts.push(`${plural(restored, "entry", "entries")} restored`);
+  if (changedBack) parts.push(`${plural(changedBack, "entry", "entries")} changed back`);
+  return { text: `Undone: ${parts.join(", ")}.`, kind: "success" };
 }
 
 const FAILURE_REASONS = {

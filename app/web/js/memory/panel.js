@@ -11,34 +11,22 @@ import { $, focusQuietly } from "../dom.js";
 import { Notice } from "../notice.js";
 import { DocumentsSection } from "./documents.js";
 import { HistorySection } from "./history.js";
-import { ManageSection } from "./manage.js";
-import { editOutcome, turnOutcome } from "./model.js";
-import { originOf, originsOf, originText } from "./origins.js";
+import { ManageSection, saveDownload } from "./manage.js";
+import { CONFLICTS, STATE_TEXT, editOutcome, turnOutcome, undoOutcome } from "./model.js";
+import { originHistory, originOf, originsOf, originText } from "./origins.js";
 import { ProposalsSection } from "./proposals.js";
-
-const STATE_TEXT = {
-  disabled: "Memory is switched off by the operator. Saved entries are kept and you can still "
-    + "view them or forget everything, but nothing new is saved.",
-  unavailable: "Memory is unavailable right now: the assistant answers without it and nothing is saved.",
-};
 
 const HISTORY_PAGE = 50;
 const NO_EXTRAS = { changes: [], next: null, proposals: [], saveMode: null, titles: new Map() };
 
-const CONFLICTS = {
-  stale_undo: "Cannot undo: that entry has changed since. Nothing was changed.",
-  stale_match: "Not saved: memory has changed since this was proposed. You can reject it.",
-};
-
-function exportName(response) {
-  const match = /filename="([^"]+)"/.exec(response.headers.get("content-disposition") || "");
-  return match ? match[1] : "memory-export.json";
-}
-
 export class MemoryPanel {
-  constructor({ root, onStatus = () => {} }) {
+  // onChanged(extras, rejected): history or proposals changed (accept, reject, undo, expiry,
+  // a turn): the chat relabels its turns' memory chips.
+  constructor({ root, onStatus = () => {}, onChanged = () => {} }) {
     this.root = root;
     this.onStatus = onStatus;
+    this.onChanged = onChanged;
+    this.rejected = new Set(); // turns whose proposal the person rejected on this page
     this.notice = new Notice($("memory-notice"));
     this.client = null;
     this.state = null; // the last state the API answered
@@ -48,7 +36,8 @@ export class MemoryPanel {
     this.origins = new Map();
     this.documents = new DocumentsSection({ root: root.querySelector("[data-section=documents]"),
       apply: (operations) => this.apply(operations),
-      originOf: (target, entry) => this.originOf(target, entry) });
+      originOf: (target, entry) => this.originOf(target, entry),
+      historyOf: (target, entry) => this.historyOf(target, entry) });
     this.proposals = new ProposalsSection({ root: root.querySelector("[data-section=proposals]"),
       decide: (proposal, action) => this.decide(proposal, action) });
     this.history = new HistorySection({ root: root.querySelector("[data-section=history]"),
@@ -79,7 +68,11 @@ export class MemoryPanel {
 
   originOf(target, entry) {
     const change = originOf(this.origins, target, entry);
-    return change ? originText(change, this.extras.titles) : "";
+    return change ? originText(change, this.extras.titles, new Date(), entry) : "";
+  }
+
+  historyOf(target, entry) {
+    return originHistory(this.extras.changes, this.extras.titles, target, entry);
   }
 
   showExtras() {
@@ -88,6 +81,11 @@ export class MemoryPanel {
     this.proposals.render(this.extras);
     this.history.render(this.extras);
     this.manage.render(this.extras);
+    this.relabel();
+  }
+
+  relabel() {
+    this.onChanged(this.extras, this.rejected);
   }
 
   // History (a page, or the next one), proposals, the save mode and conversation titles: what
@@ -138,9 +136,9 @@ export class MemoryPanel {
       const after = await this.client.request(`/v1/memory/history/${encodeURIComponent(change.id)}/undo`,
         { method: "POST" });
       this.show(after);
-      const { text, kind } = editOutcome(before, after);
+      const { text, kind } = undoOutcome(before, after);
       await this.loadExtras();
-      this.notice.show(text.replace(/^Saved:/, "Undone:"), kind);
+      this.notice.show(text, kind);
     } catch (error) {
       this.refused(error, "Not undone");
       await this.loadExtras();
@@ -153,6 +151,7 @@ export class MemoryPanel {
     try {
       const after = await this.client.request(path, { method: "POST" });
       if (after) this.show(after);
+      if (action === "reject" && proposal.turn_id) this.rejected.add(proposal.turn_id);
       await this.loadExtras();
       if (action === "reject") this.notice.show("Proposal rejected: nothing was saved.", "info");
       else this.notice.show(editOutcome(before, after).text, "success");
@@ -179,15 +178,7 @@ export class MemoryPanel {
 
   async exportAll() {
     try {
-      const response = await this.client.fetch("/v1/memory/export");
-      const url = URL.createObjectURL(await response.blob());
-      const link = document.createElement("a");
-      link.href = url;
-      link.download = exportName(response);
-      document.body.append(link);
-      link.click();
-      link.remove();
-      setTimeout(() => URL.revokeObjectURL(url), 60_000);
+      await saveDownload(await this.client.fetch("/v1/memory/export"));
       this.notice.show("Export downloaded: your memory, its history and your conversations.", "success");
     } catch (error) {
       if (!isSessionEnd(error)) this.notice.show(`Could not export: ${describe(error)}`, "error");
@@ -288,6 +279,8 @@ export class MemoryPanel {
     this.client = null;
     this.state = null;
     this.extras = NO_EXTRAS;
+    this.rejected = new Set();
+    $("memory-scroll").scrollTop = 0; // the next person starts at the top, not where this one was
     this.origins = new Map();
     this.notice.clear();
     for (const section of this.sections) section.reset();

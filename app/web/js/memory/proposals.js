@@ -21,13 +21,13 @@ export class ProposalsSection {
 
   card(proposal, titles) {
     const lines = proposal.operations.map((operation) =>
-      el("p", { className: "change-text", text: operationText(operation) }));
+      el("p", { className: "change-text", text: operationText(operation, { proposed: true }) }));
     const summary = lines.map((line) => line.textContent).join("; ");
-    const from = sourceText({ ...proposal, source: "turn" }, titles);
+    const from = `Proposed ${sourceText({ ...proposal, source: "turn" }, titles)}`;
     return el("li", { className: "proposal" }, [
       ...lines,
       el("p", { className: "change-meta muted small" },
-        [`${from.charAt(0).toUpperCase()}${from.slice(1)} · `, timeElement(proposal.created_at)]),
+        [`${from} · `, timeElement(proposal.created_at)]),
       el("div", { className: "proposal-actions" }, [
         button("Reject", () => this.decide(proposal, "reject"), {
           className: "secondary small", label: `Reject: ${summary}` }),
