@@ -52,6 +52,7 @@ _FILLER = re.compile(
     re.IGNORECASE,
 )
 _WORDS = re.compile(r"\w+")
+_NUMBERS = re.compile(r"\d+")
 
 # Section headings and words that say a fact is about a project or the environment (`memory`)
 # rather than about the person (`user`, the default).
@@ -238,9 +239,12 @@ def fold(text: str) -> str:
 
 
 def is_near(a: str, b: str) -> bool:
-    """Whether two folded entries say the same thing: equal, or nearly equal by difflib."""
+    """Whether two folded entries say the same thing: equal, or nearly equal by difflib with
+    the same numbers ("has 2 cats" and "has 3 cats" are different facts)."""
     if a == b:
         return True
+    if _NUMBERS.findall(a) != _NUMBERS.findall(b):
+        return False
     matcher = SequenceMatcher(None, a, b, autojunk=False)
     return (
         matcher.real_quick_ratio() >= NEAR_DUPLICATE_RATIO
