@@ -11,6 +11,7 @@ import { ConversationSearch } from "./search.js";
 import { closeDialogs } from "./dialog.js";
 import { $, drawIcons, focusQuietly } from "./dom.js";
 import { Drawers } from "./drawers.js";
+import { ImportDialog } from "./memory/import.js";
 import { MemoryPanel } from "./memory/panel.js";
 import { Notice } from "./notice.js";
 import { dropToken, keepToken, savedToken, subjectOf, takeTokenFromFragment } from "./session.js";
@@ -37,6 +38,7 @@ const memory = new MemoryPanel({
   root: $("memory"),
   onStatus: (status) => { $("welcome").dataset.memory = status === "disabled" ? "off" : "on"; },
 });
+const importDialog = new ImportDialog({ client: () => client, changed: () => memory.load() });
 const chatNotice = new Notice($("chat-notice"));
 const conversations = new ConversationList({
   container: $("conversation-list"),
@@ -129,6 +131,7 @@ function signOut(message = "") {
   conversations.reset();
   search.reset();
   memory.reset();
+  importDialog.reset();
   chatNotice.clear();
   drawers.close({ restoreFocus: false });
   $("account-name").textContent = "";

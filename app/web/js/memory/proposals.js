@@ -23,7 +23,7 @@ export class ProposalsSection {
     const lines = proposal.operations.map((operation) =>
       el("p", { className: "change-text", text: operationText(operation) }));
     const summary = lines.map((line) => line.textContent).join("; ");
-    const from = sourceText({ ...proposal, source: "turn" }, titles);
+    const from = sourceText({ ...proposal, source: proposal.source || "turn" }, titles);
     return el("li", { className: "proposal" }, [
       ...lines,
       el("p", { className: "change-meta muted small" },
