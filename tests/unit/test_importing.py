@@ -143,6 +143,17 @@ def test_near_duplicates(a: str, b: str, near: bool) -> None:
     assert is_near(fold(a), fold(b)) is near
 
 
+def test_plan_fits_each_store_in_order() -> None:
+    """Facts are kept in the order pasted while their store has room; a later, shorter fact
+    that still fits is kept after a longer one that did not."""
+    nearly_full = Snapshot(user=("x" * (LIMITS["user"] - 30),))
+    result = plan("- Likes long walks on the beach\n- Has a cat", nearly_full)
+    assert [e.content for e in result.entries] == ["Has a cat"]
+    assert [(d.text, d.reason) for d in result.dropped] == [
+        ("Likes long walks on the beach", "over_capacity")
+    ]
+
+
 def test_plan_dedupes_within_the_paste_and_against_memory() -> None:
     """A fact stored already, and a fact repeated in the paste, are each dropped once."""
     result = plan("- Likes tea\n- Likes tea.\n- Keeps bees", Snapshot(user=("likes TEA",)))
@@ -153,13 +164,17 @@ def test_plan_dedupes_within_the_paste_and_against_memory() -> None:
     ]
 
 
-FACT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=120)
+# Mostly plain facts (so that many reach the capacity fit), some of any text at all.
+FACT = st.one_of(
+    st.text("abcdefghijklmnopqrstuvwxyz ABC.,0123456789", min_size=20, max_size=300),
+    st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=120),
+)
 
 
 @settings(max_examples=150, deadline=None)
 @given(
-    facts=st.lists(FACT, max_size=60),
-    stored=st.lists(st.sampled_from(["Likes tea", "Repo uses uv", "x" * 1300]), max_size=2),
+    facts=st.lists(FACT, min_size=1, max_size=60),
+    stored=st.lists(st.sampled_from(["Likes tea", "Repo uses uv", "x" * 1300]), max_size=3),
 )
 def test_plan_properties(facts: list[str], stored: list[str]) -> None:
     """Whatever is pasted: each fact is proposed or dropped; proposed entries are clean,
