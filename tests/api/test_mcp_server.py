@@ -24,8 +24,8 @@ from mcp_types import CallToolResult, Implementation
 from sqlalchemy import Engine
 
 from app.memory.contract import operations_schema
-from tests.support.apps import api_settings, served
-from tests.support.tokens import dev_auth
+from tests.support.apps import api_settings, oidc_settings, served
+from tests.support.tokens import JwksServer, SigningKey, bearer, dev_auth, oidc_claims
 
 CLIENT_NAME = "Test Desktop"
 OPERATOR = dev_auth("root", roles=["operator"])
@@ -38,9 +38,11 @@ def base(engine: Engine, db_url: str) -> Iterator[str]:
 
 
 @asynccontextmanager
-async def connect(base: str, user: str, name: str = CLIENT_NAME) -> AsyncIterator[Client]:
+async def connect(
+    base: str, user: str, name: str = CLIENT_NAME, *, headers: dict[str, str] | None = None
+) -> AsyncIterator[Client]:
     async with (
-        httpx2.AsyncClient(headers=dev_auth(user)) as http,
+        httpx2.AsyncClient(headers=headers or dev_auth(user)) as http,
         Client(
             streamable_http_client(f"{base}/mcp", http_client=http),
             client_info=Implementation(name=name, version="1.0"),
@@ -249,3 +251,26 @@ def test_requests_without_a_valid_token_are_401(base: str, headers: dict[str, st
     assert response.status_code == 401
     assert response.headers["www-authenticate"].startswith("Bearer")
     assert response.json()["error"]["code"] in {"missing_token", "invalid_token", "token_expired"}
+
+
+async def test_oidc_tokens_open_the_server_and_dev_tokens_do_not(
+    engine: Engine, db_url: str
+) -> None:
+    """With AUTH_MODE=oidc the provider's token is the caller (its subject owns the change);
+    a dev-signed token is a 401 there, as on every API route."""
+    key = SigningKey.rsa("mcp-rsa")
+    with JwksServer([key]).running() as jwks, served(oidc_settings(db_url, jwks.url)) as base:
+        async with connect(base, "", headers=bearer(key.sign(oidc_claims("olga")))) as client:
+            answer = body(await client.call_tool("memory_update", add("user", "Likes rye.")))
+            assert answer["status"] == "committed"
+        state = await rest(base, "GET", "/v1/memory", bearer(key.sign(oidc_claims("olga"))))
+        assert state.json()["user"]["entries"] == ["Likes rye."]
+        refused = await rest(
+            base,
+            "POST",
+            "/mcp",
+            dev_auth("olga"),
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+        )
+        assert refused.status_code == 401
+        assert refused.headers["www-authenticate"].startswith("Bearer")
