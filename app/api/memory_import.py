@@ -4,7 +4,7 @@ user's writer lock). Accepting it is `POST /v1/memory/proposals/{id}/accept`."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from fastapi import APIRouter, Request
@@ -33,8 +33,24 @@ class ImportBody(BaseModel):
     text: str = Field(min_length=1, max_length=MAX_IMPORT_CHARS)
 
 
+class DroppedLine(BaseModel):
+    text: str  # the line as pasted (at most 200 characters)
+    reason: Literal[
+        "secret", "instruction_like", "duplicate", "too_long", "over_capacity", "invalid"
+    ]
+
+
+class ImportResult(BaseModel):
+    """The proposal (as GET /v1/memory/proposals lists it; null when nothing new is left) and
+    the lines left out, with the reason."""
+
+    proposal: dict[str, Any] | None
+    dropped: list[DroppedLine]
+
+
 @router.post(
     "/import",
+    response_model=ImportResult,
     summary="Propose the facts of a pasted export; report what was dropped and why",
     responses=error_responses(401, 400, 409, 413, 422, 503),
 )

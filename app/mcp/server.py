@@ -192,7 +192,10 @@ async def mcp_endpoint(runtime: Runtime) -> AsyncIterator[McpEndpoint]:
 class McpRoute:
     """The route's ASGI app: the endpoint the application's lifespan started (`app.state`)."""
 
+    path = PATH  # the route template telemetry names (a plain Starlette route sets none)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["route"] = self
         endpoint: McpEndpoint | None = getattr(scope["app"].state, "mcp_endpoint", None)
         if endpoint is None:  # before startup or after shutdown
             response = error_response(503, "starting", "The service is not ready.")
