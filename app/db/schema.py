@@ -117,7 +117,7 @@ memory_changes = Table(
     Column("conversation_id", Identifier(ID_CHARS), nullable=True),
     Column("undoes", Identifier(ID_CHARS), nullable=True),
     # The MCP client's own name (its `clientInfo.name`, app/memory/provenance.py clip_client).
-    Column("client", String(CLIENT_CHARS), nullable=True),
+    Column("client", short_text(CLIENT_CHARS), nullable=True),
     Column("operations", long_text(), nullable=False),  # JSON: [{target, action, before, after}]
     Column("created_at", precise_timestamp(), nullable=False),
     PrimaryKeyConstraint("seq", name=f"pk_{PREFIX}memory_changes"),
@@ -140,7 +140,7 @@ memory_proposals = Table(
     Column("conversation_id", Identifier(ID_CHARS), nullable=True),
     # Who proposed it: NULL for a turn (every row before revision 0008), 'mcp' or 'import'.
     Column("source", String(16), nullable=True),
-    Column("client", String(CLIENT_CHARS), nullable=True),
+    Column("client", short_text(CLIENT_CHARS), nullable=True),
     Column("batches", long_text(), nullable=False),  # JSON: the staged, pinned batches
     Column("created_at", precise_timestamp(), nullable=False),
     Column("expires_at", precise_timestamp(), nullable=False),

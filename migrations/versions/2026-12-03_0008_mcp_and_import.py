@@ -28,19 +28,19 @@ CHANGES = "amem_memory_changes"
 PROPOSALS = "amem_memory_proposals"
 CHANGES_CHECK = "ck_amem_memory_changes_source"
 PROPOSALS_CHECK = "ck_amem_memory_proposals_source"
-CLIENT_CHARS = 64
+CLIENT_CHARS = 64  # human text: NVARCHAR on SQL Server (app/db/types.py short_text)
 
 
 def upgrade() -> None:
     with op.batch_alter_table(CHANGES) as batch:
-        batch.add_column(sa.Column("client", sa.String(CLIENT_CHARS), nullable=True))
+        batch.add_column(sa.Column("client", sa.Unicode(CLIENT_CHARS), nullable=True))
         batch.drop_constraint(CHANGES_CHECK, type_="check")
         batch.create_check_constraint(
             CHANGES_CHECK, "source IN ('turn', 'api', 'undo', 'proposal', 'mcp')"
         )
     with op.batch_alter_table(PROPOSALS) as batch:
         batch.add_column(sa.Column("source", sa.String(16), nullable=True))
-        batch.add_column(sa.Column("client", sa.String(CLIENT_CHARS), nullable=True))
+        batch.add_column(sa.Column("client", sa.Unicode(CLIENT_CHARS), nullable=True))
         batch.create_check_constraint(
             PROPOSALS_CHECK, "source IS NULL OR source IN ('mcp', 'import')"
         )

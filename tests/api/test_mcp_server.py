@@ -112,12 +112,13 @@ async def test_update_view_and_history_record_the_client(base: str) -> None:
 
 
 async def test_client_name_is_stored_bounded_and_printable(base: str) -> None:
-    """A hostile clientInfo.name (control characters, 300 characters) is stored clipped and
-    printable: it is a label, never trusted."""
-    async with connect(base, "alice", name="Evil\x00\x1b[31m" + "x" * 300) as client:
+    """A hostile clientInfo.name (control and format characters, 300 characters) is stored
+    clipped and printable, non-ASCII intact on every database: a label, never trusted."""
+    name = "Évil\x00\x1b[31m Cl😀ude\u200b " + "x" * 300
+    async with connect(base, "alice", name=name) as client:
         await client.call_tool("memory_update", add("memory", "Repo uses uv."))
     [change] = await history(base, "alice")
-    assert change["client"] == ("Evil[31m" + "x" * 300)[:64]
+    assert change["client"] == ("Évil[31m Cl😀ude " + "x" * 300)[:64]
 
 
 @pytest.mark.parametrize(
