@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 import httpx
 from fastapi import FastAPI
+from starlette.routing import Route
 
 from app.api import (
     admin,
@@ -18,12 +19,15 @@ from app.api import (
     health,
     memory,
     memory_history,
+    memory_import,
     memory_proposals,
     openai_compat,
     web,
 )
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
 from app.api.openai_cors import OpenAICorsMiddleware
+from app.mcp.server import PATH as MCP_PATH
+from app.mcp.server import McpRoute, mcp_endpoint
 from app.runtime import build_runtime
 from app.settings import Settings, SettingsError, get_settings
 from app.telemetry import configure_logging, configure_tracing, shutdown_tracing, start_export
@@ -48,8 +52,11 @@ def create_app(
         start_export()
         app.state.runtime = runtime
         try:
-            yield
+            async with mcp_endpoint(runtime) as endpoint:
+                app.state.mcp_endpoint = endpoint
+                yield
         finally:
+            app.state.mcp_endpoint = None
             await runtime.aclose()
             shutdown_tracing()
 
@@ -70,6 +77,7 @@ def create_app(
         memory,
         memory_history,
         memory_proposals,
+        memory_import,
         admin,
         chat,
         eval,
@@ -78,6 +86,10 @@ def create_app(
         web,
     ):
         app.include_router(module.router)
+    # The MCP server (Streamable HTTP: POST, and GET/DELETE that a stateless server refuses).
+    app.router.routes.append(
+        Route(MCP_PATH, McpRoute(), methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    )
 
     def max_request_bytes() -> int:
         # Settings are resolved in the lifespan, after the middleware stack exists.

@@ -100,7 +100,7 @@ def parse_search_arguments(
     return query, limit
 
 
-def _payload(results: list[SearchResult]) -> tuple[str, int]:
+def result_payload(results: list[SearchResult]) -> tuple[str, int]:
     """The answer for the model, with as many results as fit in MAX_RESULT_CHARS."""
     kept: list[dict[str, str]] = []
     for result in results:
@@ -172,5 +172,5 @@ async def _run(ctx: TurnContext, raw_arguments: str, oversized: bool) -> SearchT
     except Exception as error:  # DeadlineExceededError or any database failure: fail open
         log.warning("search.tool_failed", error_type=type(error).__name__)
         return _answer("unavailable", "none", "search unavailable right now; answer without it")
-    content, count = _payload(results)
+    content, count = result_payload(results)
     return SearchToolResult("found" if count else "none", count, content)

@@ -36,7 +36,7 @@ def history_view(entry: HistoryEntry) -> dict[str, Any]:
         "created_at": iso_utc(entry.created_at),
         "source": provenance.source,
     }
-    for key in ("turn_id", "conversation_id", "undoes"):
+    for key in ("turn_id", "conversation_id", "undoes", "client"):
         value = getattr(provenance, key)
         if value is not None:
             view[key] = value
@@ -45,14 +45,18 @@ def history_view(entry: HistoryEntry) -> dict[str, Any]:
 
 
 def proposal_view(proposal: Proposal) -> dict[str, Any]:
-    return {
+    view: dict[str, Any] = {
         "id": proposal.id,
         "created_at": iso_utc(proposal.created_at),
         "expires_at": iso_utc(proposal.expires_at),
+        "source": proposal.proposer,
         "turn_id": proposal.turn_id,
         "conversation_id": proposal.conversation_id,
         "operations": [operation_view(operation) for operation in proposal.operations],
     }
+    if proposal.client is not None:
+        view["client"] = proposal.client
+    return view
 
 
 @router.get(

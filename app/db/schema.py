@@ -31,6 +31,7 @@ from app.db.types import Identifier, document_text, long_text, precise_timestamp
 PREFIX = "amem_"
 SUBJECT_CHARS = 128  # the token's `sub`, at most 128 characters (the public contract)
 ID_CHARS = 36  # a UUID in its canonical text form
+CLIENT_CHARS = 64  # an MCP client's name, as recorded with a change (revision 0009)
 
 # Every table is utf8mb4 on MariaDB/MySQL, whatever the database's default character set.
 MYSQL_OPTIONS: dict[str, Any] = {"mysql_charset": "utf8mb4", "mariadb_charset": "utf8mb4"}
@@ -118,11 +119,14 @@ memory_changes = Table(
     Column("turn_id", Identifier(ID_CHARS), nullable=True),
     Column("conversation_id", Identifier(ID_CHARS), nullable=True),
     Column("undoes", Identifier(ID_CHARS), nullable=True),
+    # The MCP client's own name (its `clientInfo.name`, app/memory/provenance.py clip_client).
+    Column("client", short_text(CLIENT_CHARS), nullable=True),
     Column("operations", long_text(), nullable=False),  # JSON: [{target, action, before, after}]
     Column("created_at", precise_timestamp(), nullable=False),
     PrimaryKeyConstraint("seq", name=f"pk_{PREFIX}memory_changes"),
     CheckConstraint(
-        "source IN ('turn', 'api', 'undo', 'proposal')", name=f"ck_{PREFIX}memory_changes_source"
+        "source IN ('turn', 'api', 'undo', 'proposal', 'mcp')",
+        name=f"ck_{PREFIX}memory_changes_source",
     ),
     Index(f"ux_{PREFIX}memory_changes_id", "id", unique=True),
     Index(f"ix_{PREFIX}memory_changes_user_seq", "user_id", "seq"),
@@ -137,10 +141,17 @@ memory_proposals = Table(
     Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
     Column("turn_id", Identifier(ID_CHARS), nullable=True),
     Column("conversation_id", Identifier(ID_CHARS), nullable=True),
+    # Who proposed it: NULL for a turn (every row before revision 0009), 'mcp' or 'import'.
+    Column("source", String(16), nullable=True),
+    Column("client", short_text(CLIENT_CHARS), nullable=True),
     Column("batches", long_text(), nullable=False),  # JSON: the staged, pinned batches
     Column("created_at", precise_timestamp(), nullable=False),
     Column("expires_at", precise_timestamp(), nullable=False),
     PrimaryKeyConstraint("seq", name=f"pk_{PREFIX}memory_proposals"),
+    CheckConstraint(
+        "source IS NULL OR source IN ('mcp', 'import')",
+        name=f"ck_{PREFIX}memory_proposals_source",
+    ),
     Index(f"ux_{PREFIX}memory_proposals_id", "id", unique=True),
     Index(f"ix_{PREFIX}memory_proposals_user_seq", "user_id", "seq"),
     **MYSQL_OPTIONS,

@@ -22,6 +22,7 @@ _COLUMNS = (
     memory_changes.c.turn_id,
     memory_changes.c.conversation_id,
     memory_changes.c.undoes,
+    memory_changes.c.client,
     memory_changes.c.operations,
 )
 
@@ -35,7 +36,9 @@ def _entry(row: Any) -> HistoryEntry:
     return HistoryEntry(
         id=row.id,
         created_at=row.created_at,
-        provenance=Provenance(row.source, row.turn_id, row.conversation_id, row.undoes),
+        provenance=Provenance(
+            row.source, row.turn_id, row.conversation_id, row.undoes, client=row.client
+        ),
         changes=changes_from_json(row.operations),
     )
 
@@ -56,6 +59,7 @@ def entry_params(user_id: str, provenance: Provenance, changes: Sequence[Change]
         "entry_turn_id": provenance.turn_id,
         "entry_conversation_id": provenance.conversation_id,
         "entry_undoes": provenance.undoes,
+        "entry_client": provenance.client,
         "entry_operations": changes_to_json([change for change in changes if change.changed]),
         "entry_created_at": now(),
     }

@@ -13,7 +13,14 @@ from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from app.db.schema import memory_preferences, memory_proposals
 from app.memory.history import now
-from app.memory.provenance import Batches, Proposal, SaveMode, batches_from_json, batches_to_json
+from app.memory.provenance import (
+    Batches,
+    Proposal,
+    Proposer,
+    SaveMode,
+    batches_from_json,
+    batches_to_json,
+)
 
 _COLUMNS = (
     memory_proposals.c.id,
@@ -21,6 +28,8 @@ _COLUMNS = (
     memory_proposals.c.expires_at,
     memory_proposals.c.turn_id,
     memory_proposals.c.conversation_id,
+    memory_proposals.c.source,
+    memory_proposals.c.client,
     memory_proposals.c.batches,
 )
 
@@ -33,6 +42,8 @@ def _proposal(row: Any) -> Proposal:
         turn_id=row.turn_id,
         conversation_id=row.conversation_id,
         batches=batches_from_json(row.batches),
+        proposer=row.source or "turn",
+        client=row.client,
     )
 
 
@@ -74,6 +85,8 @@ def add(
     conversation_id: str | None,
     ttl: timedelta,
     keep: int,
+    proposer: Proposer = "turn",
+    client: str | None = None,
 ) -> str:
     """Store a proposal; expired ones and the oldest beyond `keep` go in the same transaction."""
     stamp = now()
@@ -87,6 +100,8 @@ def add(
             user_id=user_id,
             turn_id=turn_id,
             conversation_id=conversation_id,
+            source=None if proposer == "turn" else proposer,
+            client=client,
             batches=batches_to_json(batches),
             created_at=stamp,
             expires_at=stamp + ttl,

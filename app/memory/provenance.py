@@ -12,22 +12,43 @@ from typing import Any, Literal, get_args
 
 from app.memory.rules import TARGETS, Change, MemoryValidationError, Operation
 
-Source = Literal["turn", "api", "undo", "proposal"]
+Source = Literal["turn", "api", "undo", "proposal", "mcp"]
+# Who proposed a proposal: a turn under `ask`, an MCP client under `ask`, or an import.
+Proposer = Literal["turn", "mcp", "import"]
 SaveMode = Literal["auto", "ask"]
 SOURCES: tuple[Source, ...] = get_args(Source)
+PROPOSERS: tuple[Proposer, ...] = get_args(Proposer)
 SAVE_MODES: tuple[SaveMode, ...] = get_args(SaveMode)
+MAX_CLIENT_CHARS = 64  # the stored client name (app/db/schema.py CLIENT_CHARS)
 
 Batches = Sequence[Sequence[Operation]]
 
 
 @dataclass(frozen=True)
 class Provenance:
-    """Where a change comes from. `undoes` names the change an undo reverses."""
+    """Where a change comes from. `undoes` names the change an undo reverses; `client` is the
+    MCP client's name (for `mcp`, and for a proposal an MCP client made)."""
 
     source: Source
     turn_id: str | None = None
     conversation_id: str | None = None
     undoes: str | None = None
+    client: str | None = None
+
+    @property
+    def proposer(self) -> Proposer:
+        return "mcp" if self.source == "mcp" else "turn"
+
+
+def clip_client(name: object) -> str | None:
+    """An MCP client's self-declared name as it may be stored and shown: printable characters
+    only (no control, format or separator characters but the space), outer spaces removed, at
+    most MAX_CLIENT_CHARS; None when nothing is left. It is a label the client chose, never an
+    identity: the owner is always the token's subject."""
+    if not isinstance(name, str):
+        return None
+    kept = "".join(c for c in name if c == " " or c.isprintable()).strip()
+    return kept[:MAX_CLIENT_CHARS] or None
 
 
 @dataclass(frozen=True)
@@ -46,6 +67,8 @@ class Proposal:
     turn_id: str | None
     conversation_id: str | None
     batches: tuple[tuple[Operation, ...], ...]
+    proposer: Proposer = "turn"
+    client: str | None = None
 
     @property
     def operations(self) -> tuple[Operation, ...]:

@@ -17,7 +17,7 @@ from app.db.engine import one_statement_read
 from app.db.locking import is_retryable, is_timeout, is_unique_violation
 from app.db.writers import WriterLockTimeoutError
 from app.memory import repository, writes
-from app.memory.provenance import Provenance, SaveMode
+from app.memory.provenance import Proposer, Provenance, SaveMode
 from app.memory.repository import CancelCheck
 from app.memory.rules import Operation, Snapshot, Target
 from app.memory.unit_of_work import LockObserver, UnitOfWork, unit_of_work
@@ -198,6 +198,31 @@ class MemoryService:
             on_cancel=cancel_event.set,
             cleanup_seconds=None,
         )
+
+    def propose(self, user_id: str, batches: Batches, proposer: Proposer) -> CommitResult:
+        """Store `batches` as a proposal for the user to review (an import), never as a change;
+        `proposal_id` is None when they would change nothing. A batch that breaks a rule raises
+        MemoryValidationError and stores nothing."""
+        started = time.perf_counter()
+        register_operations(batches)
+        written, retries = self._run(
+            user_id,
+            "propose",
+            lambda unit: writes.propose(unit, batches, proposer, self.limits),
+            _never,
+        )
+        return CommitResult(
+            snapshot=written.snapshot,
+            changed=(),
+            retry_count=retries,
+            duration_ms=(time.perf_counter() - started) * 1000,
+            proposal_id=written.proposal_id,
+        )
+
+    async def propose_async(
+        self, user_id: str, batches: Batches, proposer: Proposer
+    ) -> CommitResult:
+        return await to_thread(self.propose, user_id, batches, proposer)
 
     def forget(self, user_id: str) -> int:
         """Memory, its history and pending proposals, in one transaction: nothing committed

@@ -1,7 +1,8 @@
 """Every write to a user's memory state, each run inside a unit of work (app/memory/unit_of_work.py,
 which holds the user's writer lock): a batch, the inverse of a recorded change or an accepted
-proposal applied to the latest snapshot and recorded in the history (or, for a turn under
-`save_mode: ask`, stored as a proposal); forgetting; rejecting a proposal; the save mode.
+proposal applied to the latest snapshot and recorded in the history (or, for a turn or an MCP
+client under `save_mode: ask`, stored as a proposal); an import's proposal; forgetting;
+rejecting a proposal; the save mode.
 The caller (MemoryService) opens the unit of work and retries it whole."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from app.memory import history, proposals, repository
 from app.memory.ledger import replay, replay_changes
 from app.memory.provenance import (
     Batches,
+    Proposer,
     Provenance,
     SaveMode,
     entry_strings,
@@ -85,7 +87,9 @@ def resolve(
         if proposal is None:
             raise MemoryNotFoundError("no such proposal")
         register_sensitive(*proposal_strings(proposal))
-        return proposal.batches, Provenance("proposal", proposal.turn_id, proposal.conversation_id)
+        return proposal.batches, Provenance(
+            "proposal", proposal.turn_id, proposal.conversation_id, client=proposal.client
+        )
     return request.batches, request.provenance
 
 
@@ -113,6 +117,8 @@ def write(
             conversation_id=provenance.conversation_id,
             ttl=limits.proposal_ttl,
             keep=limits.proposals,
+            proposer=provenance.proposer,
+            client=provenance.client,
         )
         check_cancel(should_cancel, "before the transaction ended")
         return Written(current, (), proposal_id=proposal_id)
@@ -180,6 +186,28 @@ def _in_one_statement(writes: tuple[tuple[Target, repository.DocumentWrite], ...
         for target, kind in writes
     ]
     return history.ENTRY_INSERT.add_cte(*parts, history.TRIM_BEFORE_INSERT.cte("trimmed"))
+
+
+def propose(unit: UnitOfWork, batches: Batches, proposer: Proposer, limits: WriteLimits) -> Written:
+    """Store `batches` as a proposal, never as a change (an import): only when they pass the
+    rules against the latest snapshot and would change something (no proposal_id otherwise)."""
+    connection, user_id = unit.connection, unit.user_id
+    current = repository.load_snapshot(connection, user_id, lock=True)
+    register_memory(current)
+    register_operations(batches)
+    if replay(current, batches) == current:
+        return Written(current, ())
+    proposal_id = proposals.add(
+        connection,
+        user_id,
+        batches,
+        turn_id=None,
+        conversation_id=None,
+        ttl=limits.proposal_ttl,
+        keep=limits.proposals,
+        proposer=proposer,
+    )
+    return Written(current, (), proposal_id=proposal_id)
 
 
 def forget(unit: UnitOfWork) -> int:

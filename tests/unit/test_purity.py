@@ -26,6 +26,7 @@ PURE_MODULES = [
     "app/memory/markers.py",
     "app/memory/scanning.py",
     "app/memory/secrets.py",
+    "app/memory/importing.py",
     "app/conversations/search_text.py",
 ]
 PURE_NAMES = [path.removesuffix(".py").replace("/", ".") for path in PURE_MODULES]

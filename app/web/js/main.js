@@ -12,6 +12,7 @@ import { ConversationSearch } from "./search.js";
 import { closeDialogs } from "./dialog.js";
 import { $, drawIcons, focusQuietly } from "./dom.js";
 import { Drawers } from "./drawers.js";
+import { ImportDialog } from "./memory/import.js";
 import { MemoryPanel } from "./memory/panel.js";
 import { relabelTurns } from "./memory/status.js";
 import { Notice } from "./notice.js";
@@ -49,6 +50,7 @@ const router = new Router({
   },
 });
 
+const importDialog = new ImportDialog({ client: () => client, changed: () => memory.load() });
 const chatNotice = new Notice($("chat-notice"));
 // The header and the tab say which conversation is open; Rename is there.
 const title = new ChatTitle({
@@ -160,6 +162,7 @@ function signOut(message = "") {
   conversations.reset();
   search.reset();
   memory.reset();
+  importDialog.reset();
   chatNotice.clear();
   drawers.close({ restoreFocus: false });
   $("account-name").textContent = "";

@@ -50,6 +50,11 @@ export function sourceText(change, titles, entry = null) {
     : change.operations.filter((operation) => operation.after === entry);
   if (change.source === "api") return `${yourVerb(operations.length ? operations : change.operations)} by you`;
   if (change.source === "undo") return "undone by you";
+  if (change.source === "mcp") return `from ${change.client || "another assistant"}`;
+  if (change.source === "import") return "imported from another assistant";
+  if (change.source === "proposal" && !change.turn_id) {
+    return `${change.client ? `from ${change.client}` : "imported"}, approved by you`;
+  }
   const title = change.conversation_id && titles.get(change.conversation_id);
   const from = title ? `from “${title}”` : "from a conversation";
   return change.source === "proposal" ? `${from}, approved by you` : from;

@@ -23,7 +23,8 @@ export class ProposalsSection {
     const lines = proposal.operations.map((operation) =>
       el("p", { className: "change-text", text: operationText(operation, { proposed: true }) }));
     const summary = lines.map((line) => line.textContent).join("; ");
-    const from = `Proposed ${sourceText({ ...proposal, source: "turn" }, titles)}`;
+    const from = proposal.source === "import" ? "Imported from another assistant"
+      : `Proposed ${sourceText({ ...proposal, source: proposal.source || "turn" }, titles)}`;
     return el("li", { className: "proposal" }, [
       ...lines,
       el("p", { className: "change-meta muted small" },

@@ -1,0 +1,1 @@
+"""The MCP server: the memory tools for other agents (Claude Desktop, Cursor, ...)."""
