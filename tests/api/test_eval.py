@@ -66,6 +66,7 @@ def test_eval_turns_are_memory_free(db: Engine, sqlite_url: str) -> None:
         "conversation_id": None,
         "turn_id": events[0].data["turn_id"],
         "memory": {"status": "disabled"},
+        "transcript": {"status": "disabled"},  # no conversation is stored for evaluators
     }
     assert first(events, "tool").data["outcome"] == "rejected"
     assert model.requests[0].tools == ()
