@@ -9,6 +9,7 @@ import httpx
 from fastapi import FastAPI
 
 from app.api import (
+    account,
     admin,
     chat,
     conversations,
@@ -71,6 +72,7 @@ def create_app(
         memory_history,
         memory_proposals,
         admin,
+        account,
         chat,
         eval,
         conversations,

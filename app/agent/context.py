@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from app.concurrency import CancelFlag
 from app.conversations.service import ConversationService
@@ -39,6 +40,9 @@ class TurnContext:
     baseline: Snapshot = field(default_factory=Snapshot)
     cancel_event: CancelFlag = field(default_factory=CancelFlag)
     opened_at: float | None = None
+    # Wall-clock UTC when the turn began: an erasure of the user since then leaves its commit
+    # nothing to write (app/memory/writes.py).
+    begun_at: datetime | None = None
     rejected_calls: int = 0
     # The transcripts conversation_search reads (the owner's, by `user_id`); None: not offered.
     search: ConversationService | None = None

@@ -12,6 +12,7 @@ from app.agent.context import TurnContext
 from app.agent.request import TurnRequest, TurnServices
 from app.concurrency import CancelFlag
 from app.db.deadline import DeadlineExceededError, within
+from app.erasure import audit
 from app.memory.ledger import MemoryLedger
 from app.memory.render import MemoryStatus
 from app.memory.rules import Snapshot
@@ -50,6 +51,7 @@ async def open_turn(
     deadline, MEMORY_READ_TIMEOUT_SECONDS, so `start` never waits on a database that hangs."""
     flags = services.flags
     opened_at = flags.now() if flags is not None else None
+    begun_at = audit.now()
     deadline = asyncio.get_running_loop().time() + services.settings.memory_read_timeout_seconds
     reading = asyncio.ensure_future(_load_memory(request, services, turn_id, uses_memory, deadline))
     try:
@@ -76,6 +78,7 @@ async def open_turn(
         baseline=memory.snapshot,
         cancel_event=cancel_event,
         opened_at=opened_at,
+        begun_at=begun_at,
         search=services.search if request.user_id is not None else None,
         search_timeout_seconds=services.settings.search_timeout_seconds,
     )

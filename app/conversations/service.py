@@ -98,10 +98,41 @@ class ConversationService:
         if not is_conversation_id(conversation_id):
             return False
         with self.engine.begin() as connection:
-            return repository.remove(connection, user_id, conversation_id)
+            removed = repository.remove(connection, user_id, conversation_id)
+            if removed:
+                search.drop_deleted_terms(connection)
+        if removed:
+            search.optimize_fulltext(self.engine)
+        return removed
 
     async def delete(self, user_id: str, conversation_id: str) -> bool:
         return await to_thread(self._delete, user_id, conversation_id)
+
+    def erase(self, user_id: str) -> int:
+        """Every conversation of the user, its messages and their search index entries, in one
+        transaction; returns how many conversations."""
+        with self.engine.begin() as connection:
+            removed = repository.remove_all(connection, user_id)
+            search.drop_deleted_terms(connection)
+        search.optimize_fulltext(self.engine)
+        return removed
+
+    def expire(self, cutoff: datetime, limit: int) -> tuple[int, int]:
+        """Retention: up to `limit` conversations inactive since before `cutoff`, in one small
+        transaction (no user's writer lock: transcripts are not memory state). Returns how many
+        were removed and how many were listed (0: nothing is left to expire)."""
+        with self.engine.connect() as connection:
+            candidates = repository.stale(connection, cutoff, limit)
+            connection.rollback()
+        if not candidates:
+            return 0, 0
+        with self.engine.begin() as connection:
+            removed = repository.remove_if_stale(connection, candidates, cutoff)
+            if removed:
+                search.drop_deleted_terms(connection)
+        if removed:
+            search.optimize_fulltext(self.engine)
+        return removed, len(candidates)
 
     def _search(
         self, user_id: str, query: str, limit: int, exclude_turn_id: str | None

@@ -148,3 +148,11 @@ def delete_all(connection: Connection, user_id: str) -> int:
         delete(memory_proposals).where(memory_proposals.c.user_id == user_id)
     )
     return result.rowcount or 0
+
+
+def delete_preferences(connection: Connection, user_id: str) -> int:
+    """The user's save mode (erasure only: forgetting memory keeps this preference)."""
+    result = connection.execute(
+        delete(memory_preferences).where(memory_preferences.c.user_id == user_id)
+    )
+    return result.rowcount or 0
