@@ -1,6 +1,7 @@
 // The web client's start: sign-in, the workspace and what ties them together, including the
 // sign-out that leaves nothing of the previous person on the page.
 
+import { AccountDeletion } from "./account.js";
 import { ApiClient, describe, fetchInfo, issueDevToken } from "./api.js";
 import { Composer } from "./chat/composer.js";
 import { Chat } from "./chat/chat.js";
@@ -16,6 +17,7 @@ import { Notice } from "./notice.js";
 import { dropToken, keepToken, savedToken, subjectOf, takeTokenFromFragment } from "./session.js";
 
 const SESSION_ENDED = "Your session has ended. Please sign in again.";
+const ACCOUNT_DELETED = "Your account was deleted. Everything about you has been erased.";
 
 let info = { auth_mode: "dev" };
 let client = null;
@@ -38,6 +40,7 @@ const memory = new MemoryPanel({
   onStatus: (status) => { $("welcome").dataset.memory = status === "disabled" ? "off" : "on"; },
 });
 const chatNotice = new Notice($("chat-notice"));
+const account = new AccountDeletion({ onDeleted: () => signOut(ACCOUNT_DELETED, "success") });
 const conversations = new ConversationList({
   container: $("conversation-list"),
   empty: $("conversations-empty"),
@@ -92,13 +95,13 @@ function showModelBadge() {
   }
 }
 
-function showSignIn(message = "") {
+function showSignIn(message = "", kind = "error") {
   $("workspace").hidden = true;
   $("sign-in").hidden = false;
   const oidc = info.auth_mode === "oidc";
   $("dev-sign-in").hidden = oidc;
   $("token-sign-in").hidden = !oidc;
-  if (message) signInNotice.show(message, "error");
+  if (message) signInNotice.show(message, kind);
   else signInNotice.clear();
   focusQuietly(oidc ? $("token-input") : $("dev-name"));
 }
@@ -108,6 +111,7 @@ async function signIn(token) {
   const subject = subjectOf(token) || "unknown user";
   keepToken(token);
   for (const part of [conversations, search, memory, chat]) part.attach(client);
+  account.attach(client, subject);
   $("account-name").textContent = subject;
   $("account-avatar").textContent = subject.slice(0, 1).toUpperCase();
   $("account").hidden = false;
@@ -120,11 +124,12 @@ async function signIn(token) {
 
 // Sign-out, or a 401 from an expired token: every request of the session is aborted and every
 // trace of the person leaves the page (name, conversations, messages, memory, statuses, drafts).
-function signOut(message = "") {
+function signOut(message = "", kind = "error") {
   if (client) client.close();
   client = null;
   dropToken();
   closeDialogs();
+  account.reset();
   chat.reset();
   conversations.reset();
   search.reset();
@@ -135,7 +140,7 @@ function signOut(message = "") {
   $("account-avatar").textContent = "";
   $("account").hidden = true;
   for (const form of document.querySelectorAll("#sign-in form")) form.reset();
-  showSignIn(message);
+  showSignIn(message, kind);
 }
 
 async function onDevSignIn(event) {
