@@ -121,6 +121,8 @@ async def export_memory(scope: MemoryScope, runtime: RuntimeDep) -> JSONResponse
         "settings": {"save_mode": save_mode},
         "history": [history_view(entry) for entry in export.history],
         "proposals": [proposal_view(proposal) for proposal in export.proposals],
+        # Not actionable any more, but stored until removed: a person takes them too.
+        "expired_proposals": [proposal_view(p) for p in export.expired_proposals],
         "conversations": [
             {
                 "id": conversation.id,

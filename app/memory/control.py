@@ -6,7 +6,7 @@ propagate: the routes answer them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
@@ -33,6 +33,7 @@ class Export:
     history: list[HistoryEntry]
     proposals: list[Proposal]
     conversations: list[tuple[Conversation, list[StoredMessage]]]
+    expired_proposals: list[Proposal] = field(default_factory=list)
 
 
 def _registered_entries(entries: list[HistoryEntry]) -> list[HistoryEntry]:
@@ -90,6 +91,7 @@ class MemoryControl:
             register_memory(snapshot)
             entries = history.page(connection, user_id, limit=None) or []
             pending = proposals.pending(connection, user_id)
+            expired = proposals.expired(connection, user_id)
             conversations = [
                 (conversation, transcripts.messages(connection, conversation.id))
                 for conversation in transcripts.list_for_user(connection, user_id)
@@ -98,7 +100,11 @@ class MemoryControl:
         for _conversation, messages in conversations:
             register_sensitive(*(message.content for message in messages))
         return Export(
-            snapshot, _registered_entries(entries), _registered_proposals(pending), conversations
+            snapshot,
+            _registered_entries(entries),
+            _registered_proposals(pending),
+            conversations,
+            _registered_proposals(expired),
         )
 
     async def export(self, user_id: str) -> Export:

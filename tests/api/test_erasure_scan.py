@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 
-from app.db.schema import erasures
+from app.db.schema import erasures, memory_proposals
+from app.db.writers import maintenance
 from app.erasure import audit
 from app.main import create_app
+from app.memory.rules import Operation
+from app.memory.service import MemoryService
 from app.runtime import erasure_key
 from tests.support.apps import api_settings
-from tests.support.erasure import Planted, fulltext_optimizable, plant, scan, tail
+from tests.support.erasure import Planted, fulltext_optimizable, plant, scan, sentinel, tail
 from tests.support.server import live_server
 from tests.support.tokens import dev_auth
 
@@ -127,3 +131,30 @@ def test_on_the_embedded_database_the_erased_bytes_are_gone_from_the_files(
     contents = ("memory", "fact", "history_only", "proposal", "title", "question", "answer")
     assert [name for name in contents if tail(person.all()[name]).encode() in stored] == []
     assert [name for name in contents if tail(other.all()[name]).encode() not in stored] == []
+
+
+def test_the_export_holds_everything_an_erasure_removes(engine: Engine, url: str) -> None:
+    """GET /v1/memory/export, before erasing: every planted sentinel (memory, history of an
+    entry no longer in memory, a pending and an expired proposal, titles, messages) and the
+    conversation, turn, change and proposal ids are in it; none of the other person's is."""
+    person, other = planted_pair(engine)
+    expired = sentinel("expired")
+    MemoryService(engine).commit_operations(
+        person.subject,
+        [[Operation(target="memory", action="add", content=f"Once {expired}")]],
+        may_propose=True,
+    )
+    with engine.begin() as connection, maintenance(connection):  # planting the past
+        connection.execute(
+            update(memory_proposals)
+            .where(memory_proposals.c.batches.contains(expired))
+            .values(expires_at=audit.now() - timedelta(days=1))
+        )
+    response = httpx.get(f"{url}/v1/memory/export", headers=dev_auth(person.subject))
+    assert response.status_code == 200, response.text
+    exported = response.text.lower()
+    needles = {**person.all(), "expired_proposal": expired}
+    needles.pop("fts_owner_token")
+    needles.pop("postgres_owner_lexeme")
+    assert [name for name, value in needles.items() if tail(value) not in exported] == []
+    assert [name for name, value in other.all().items() if tail(value) in exported] == []
