@@ -135,6 +135,7 @@ def cmd_users_erase(args: argparse.Namespace) -> int:
     from app.api.auth import subject_problem
     from app.conversations.service import ConversationService
     from app.db.engine import build_engine, database_limits
+    from app.erasure import audit
     from app.erasure.service import ErasureService
     from app.runtime import build_memory_service
 
@@ -161,6 +162,11 @@ def cmd_users_erase(args: argparse.Namespace) -> int:
         f"erased: memory documents: {report.memory_documents}, "
         f"conversations: {report.conversations}{others}"
     )
+    if audit.is_process_key(memory.erasure_key):
+        print(
+            "warning: no ERASURE_HASH_KEY (nor TELEMETRY_HASH_KEY) is set: the audit row's hash "
+            "matches no other process's, and a turn running on a server is not stopped by it"
+        )
     if not report.log_truncated:
         print(
             "note: the SQLite write-ahead log is still in use; it is emptied at its next checkpoint"

@@ -37,6 +37,11 @@ def hash_key(configured: str | None, *, telemetry: str | None, dev_secret: str |
     return _PROCESS_KEY
 
 
+def is_process_key(key: bytes) -> bool:
+    """Whether `key` is this process's own (no key configured): its hashes match no other's."""
+    return hmac.compare_digest(key, _PROCESS_KEY)
+
+
 def subject_hash(key: bytes, subject: str) -> str:
     """HMAC-SHA256 of the subject (hex): the same subject gives the same row; without the key
     nobody can test a guessed subject against the table."""
