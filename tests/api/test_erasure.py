@@ -27,6 +27,7 @@ from app.db.schema import (
 from app.db.types import Identifier
 from app.db.writers import MEMORY_STATE_TABLES
 from app.erasure.registry import SUBJECT_COLUMNS
+from app.erasure.retention import RetentionPolicy, purge
 from app.erasure.service import ErasureService
 from app.main import create_app
 from app.memory.flags import write_flag
@@ -192,8 +193,8 @@ def test_a_turn_running_when_the_erasure_starts_writes_nothing_afterwards(
 
 def test_an_erasure_cut_halfway_is_finished_by_running_it_again(engine: Engine) -> None:
     """A failure after the first step (memory state and the audit row) leaves the audit row
-    unfinished, memory gone and the conversations still there; running the erasure again
-    removes them and completes the row: one row, no duplicate."""
+    unfinished (purge reports it), memory gone and the conversations still there; running the
+    erasure again removes them and completes the row: one row, no duplicate."""
     person = plant(engine, subject())
     memory = MemoryService(engine)
 
@@ -206,8 +207,11 @@ def test_an_erasure_cut_halfway_is_finished_by_running_it_again(engine: Engine) 
     with engine.connect() as connection:
         assert [row.completed_at for row in connection.execute(select(erasures))] == [None]
     assert rows_about(engine, person.subject) == {**NOTHING, "conversations": 2}
+    conversations_ = ConversationService(engine)
+    assert purge(engine, memory, conversations_, RetentionPolicy()).unfinished_erasures == 1
     with fulltext_optimizable(engine):
-        ErasureService(engine, memory, ConversationService(engine)).erase(person.subject)
+        ErasureService(engine, memory, conversations_).erase(person.subject)
+    assert purge(engine, memory, conversations_, RetentionPolicy()).unfinished_erasures == 0
     with engine.connect() as connection:
         assert [row.completed_at is not None for row in connection.execute(select(erasures))] == [
             True
