@@ -17,7 +17,7 @@ from app.concurrency import to_thread
 from app.conversations import repository, search
 from app.conversations.repository import Conversation, MessageStatus, Role, StoredMessage
 from app.conversations.search_text import query_words, snippet
-from app.db.engine import one_statement_read
+from app.db.engine import SQLITE_IMMEDIATE, one_statement_read
 from app.telemetry.sensitive import register_search
 
 log = structlog.get_logger(__name__)
@@ -97,7 +97,7 @@ class ConversationService:
     def _delete(self, user_id: str, conversation_id: str) -> bool:
         if not is_conversation_id(conversation_id):
             return False
-        with self.engine.begin() as connection:
+        with self._deleting() as connection:
             removed = repository.remove(connection, user_id, conversation_id)
             if removed:
                 search.drop_deleted_terms(connection)
@@ -108,10 +108,21 @@ class ConversationService:
     async def delete(self, user_id: str, conversation_id: str) -> bool:
         return await to_thread(self._delete, user_id, conversation_id)
 
+    @contextlib.contextmanager
+    def _deleting(self) -> Iterator[Connection]:
+        """A transaction that reads, then deletes. On SQLite it takes the write lock at BEGIN
+        (waiting up to the busy timeout): a transaction that began reading could not wait for
+        it later, and would fail at once while another writer holds it."""
+        with (
+            self.engine.connect().execution_options(**{SQLITE_IMMEDIATE: True}) as connection,
+            connection.begin(),
+        ):
+            yield connection
+
     def erase(self, user_id: str) -> int:
         """Every conversation of the user, its messages and their search index entries, in one
         transaction; returns how many conversations."""
-        with self.engine.begin() as connection:
+        with self._deleting() as connection:
             removed = repository.remove_all(connection, user_id)
             search.drop_deleted_terms(connection)
         search.optimize_fulltext(self.engine)
@@ -126,7 +137,7 @@ class ConversationService:
             connection.rollback()
         if not candidates:
             return 0, 0
-        with self.engine.begin() as connection:
+        with self._deleting() as connection:
             removed = repository.remove_if_stale(connection, candidates, cutoff)
             if removed:
                 search.drop_deleted_terms(connection)
