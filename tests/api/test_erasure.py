@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Column, Engine, Integer, MetaData, Table, func, insert, select
 
 from app.conversations.service import ConversationService
 from app.db.schema import (
@@ -26,7 +26,7 @@ from app.db.schema import (
 )
 from app.db.types import Identifier
 from app.db.writers import MEMORY_STATE_TABLES
-from app.erasure.registry import SUBJECT_COLUMNS
+from app.erasure.registry import SUBJECT_COLUMNS, SubjectColumn, register
 from app.erasure.retention import RetentionPolicy, purge
 from app.erasure.service import ErasureService
 from app.main import create_app
@@ -234,3 +234,32 @@ def test_every_column_that_holds_a_subject_is_erased_by_some_step() -> None:
     }
     assert holders - covered == set()
     assert agent_memory.name in {name.split(".")[0] for name in holders}  # the check sees them
+
+
+def test_a_table_added_to_the_registry_is_erased(engine: Engine) -> None:
+    """The extension point for tables keyed by subject (usage, limits): a table registered with
+    `register` loses the subject's rows in the erasure and keeps everyone else's."""
+    usage = Table(
+        f"amem_test_usage_{uuid.uuid4().hex[:8]}",
+        MetaData(),
+        Column("subject", Identifier(SUBJECT_CHARS), nullable=False),
+        Column("tokens", Integer, nullable=False),
+    )
+    usage.create(engine)
+    entry = SubjectColumn(usage, "subject")
+    try:
+        person, other = subject(), subject()
+        with engine.begin() as connection:
+            connection.execute(
+                insert(usage), [{"subject": person, "tokens": 5}, {"subject": other, "tokens": 7}]
+            )
+        register(entry)
+        memory = MemoryService(engine)
+        report = ErasureService(engine, memory, ConversationService(engine)).erase(person)
+        assert report.others[entry.name] == 1
+        with engine.connect() as connection:
+            assert connection.execute(select(usage.c.subject)).scalars().all() == [other]
+    finally:
+        if entry in SUBJECT_COLUMNS:
+            SUBJECT_COLUMNS.remove(entry)
+        usage.drop(engine)
