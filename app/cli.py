@@ -1,4 +1,5 @@
-"""`python -m app`: migrate, serve, switch the memory flag and mint dev tokens."""
+"""`python -m app`: migrate, serve, switch the memory flag, mint dev tokens, erase a user and
+apply the retention settings."""
 
 from __future__ import annotations
 
@@ -136,6 +137,88 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_users_erase(args: argparse.Namespace) -> int:
+    from app.api.auth import subject_problem
+    from app.conversations.service import ConversationService
+    from app.db.engine import build_engine, database_limits
+    from app.erasure import audit
+    from app.erasure.service import ErasureService
+    from app.runtime import build_memory_service
+
+    problem = subject_problem(args.subject)
+    if problem is not None:
+        return _fail(f"SUBJECT {problem}")
+    settings = get_settings()
+    engine = build_engine(settings.database_url, database_limits(settings))
+    try:
+        memory = build_memory_service(settings, engine)
+        erasure = ErasureService(engine, memory, ConversationService(engine))
+        report = erasure.erase(args.subject)
+    except Exception as error:
+        print(
+            f"error: the erasure did not complete ({type(error).__name__}); "
+            "run the same command again to finish it",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        engine.dispose()
+    others = "".join(f", {name}: {count}" for name, count in report.others.items())
+    print(
+        f"erased: memory documents: {report.memory_documents}, "
+        f"conversations: {report.conversations}{others}"
+    )
+    if audit.is_process_key(memory.erasure_key):
+        print(
+            "warning: no ERASURE_HASH_KEY (nor TELEMETRY_HASH_KEY) is set: the audit row's hash "
+            "matches no other process's, and a turn running on a server is not stopped by it"
+        )
+    if not report.log_truncated:
+        print(
+            "note: the SQLite write-ahead log is still in use; it is emptied at its next checkpoint"
+        )
+    return 0
+
+
+def cmd_purge(_args: argparse.Namespace) -> int:
+    from app.conversations.service import ConversationService
+    from app.db.engine import build_engine, database_limits
+    from app.erasure.retention import RetentionPolicy, purge
+    from app.runtime import build_memory_service
+
+    settings = get_settings()
+    policy = RetentionPolicy(
+        conversation_days=settings.retention_conversation_days,
+        history_days=settings.retention_history_days,
+        batch_size=settings.retention_batch_size,
+    )
+    engine = build_engine(settings.database_url, database_limits(settings))
+    try:
+        memory = build_memory_service(settings, engine)
+        report = purge(engine, memory, ConversationService(engine), policy)
+    except Exception as error:
+        print(
+            f"error: the purge stopped ({type(error).__name__}); what it removed stays removed, "
+            "run it again to go on",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        engine.dispose()
+    print(
+        f"purged: conversations: {report.conversations} "
+        f"(RETENTION_CONVERSATION_DAYS={policy.conversation_days or 'off'}), "
+        f"history entries: {report.history_entries} "
+        f"(RETENTION_HISTORY_DAYS={policy.history_days or 'off'})"
+    )
+    if report.unfinished_erasures:
+        print(
+            f"warning: {report.unfinished_erasures} erasure(s) did not finish; "
+            "run `python -m app users erase SUBJECT` again for them"
+        )
+    return 0
+
+
 # -- parser ---------------------------------------------------------------------------------
 
 
@@ -213,6 +296,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     token.add_argument("--ttl", type=int, default=None, help="lifetime in seconds")
     token.set_defaults(handler=cmd_token)
+
+    users = commands.add_parser(
+        "users",
+        help="erase a user",
+        description="Operator actions on one user.",
+    )
+    user_commands = users.add_subparsers(dest="users_command", required=True, metavar="ACTION")
+    erase = user_commands.add_parser(
+        "erase",
+        help="erase every row about SUBJECT (one audit row stays)",
+        description="Erase every row about SUBJECT: memory, history, proposals, settings, "
+        "conversations, messages and their search index entries, and every other table keyed "
+        "by subject. One audit row stays: a keyed hash of the subject (ERASURE_HASH_KEY) and "
+        "when. Running it again finishes an erasure that was interrupted.",
+    )
+    erase.add_argument("subject", metavar="SUBJECT", help="the token's `sub` of the user")
+    erase.set_defaults(handler=cmd_users_erase)
+
+    purge = commands.add_parser(
+        "purge",
+        help="apply the retention settings",
+        description="Delete conversations inactive for RETENTION_CONVERSATION_DAYS and memory "
+        "history entries older than RETENTION_HISTORY_DAYS (0: kept), in batches of "
+        "RETENTION_BATCH_SIZE. Idempotent and safe on every replica at once (e.g. from cron).",
+    )
+    purge.set_defaults(handler=cmd_purge)
     return parser
 
 

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from starlette.routing import Route
 
 from app.api import (
+    account,
     admin,
     chat,
     conversations,
@@ -79,6 +80,7 @@ def create_app(
         memory_proposals,
         memory_import,
         admin,
+        account,
         chat,
         eval,
         conversations,

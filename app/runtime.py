@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import httpx
+from pydantic import SecretStr
 from sqlalchemy import Engine
 
 from app.agent.agents import AgentRegistry
@@ -16,6 +17,8 @@ from app.concurrency import use_executor
 from app.conversations.service import ConversationService
 from app.db.admission import Admission, use_admission
 from app.db.engine import DatabaseLimits, build_engine, database_limits
+from app.erasure import audit
+from app.erasure.service import ErasureService
 from app.memory.control import MemoryControl
 from app.memory.flags import FlagStore
 from app.memory.service import MemoryService
@@ -34,6 +37,7 @@ class Runtime:
     agents: AgentRegistry
     conversations: ConversationService
     control: MemoryControl
+    erasure: ErasureService
 
     async def aclose(self) -> None:
         await self.agents.aclose()
@@ -48,14 +52,16 @@ def build_runtime(
     limits = database_limits(settings)
     engine = build_engine(settings.database_url, limits)
     size_worker_threads(limits, settings)
+    memory = build_memory_service(settings, engine)
+    conversations = ConversationService(
+        engine,
+        search_config=settings.search_postgres_config,
+        durable=settings.transcript_commit == "durable",
+    )
     return Runtime(
         settings=settings,
         engine=engine,
-        memory=MemoryService(
-            engine,
-            read_timeout_seconds=settings.memory_read_timeout_seconds,
-            limits=write_limits(settings),
-        ),
+        memory=memory,
         flags=FlagStore(
             engine,
             default_memory=settings.memory_enabled,
@@ -66,12 +72,29 @@ def build_runtime(
         dev_tokens=dev_tokens,
         # Agents are built lazily on first use; `model_transport` lets tests script the model.
         agents=AgentRegistry(settings, model_transport=model_transport),
-        conversations=ConversationService(
-            engine,
-            search_config=settings.search_postgres_config,
-            durable=settings.transcript_commit == "durable",
-        ),
+        conversations=conversations,
         control=MemoryControl(engine, page_rows=settings.export_page_rows),
+        erasure=ErasureService(engine, memory, conversations),
+    )
+
+
+def build_memory_service(settings: Settings, engine: Engine) -> MemoryService:
+    return MemoryService(
+        engine,
+        read_timeout_seconds=settings.memory_read_timeout_seconds,
+        limits=write_limits(settings),
+        erasure_key=erasure_key(settings),
+    )
+
+
+def erasure_key(settings: Settings) -> bytes:
+    def secret(value: SecretStr | None) -> str | None:
+        return value.get_secret_value() if value is not None else None
+
+    return audit.hash_key(
+        secret(settings.erasure_hash_key),
+        telemetry=secret(settings.telemetry_hash_key),
+        dev_secret=secret(settings.auth_dev_secret),
     )
 
 

@@ -115,6 +115,16 @@ class Settings(BaseSettings):
     # memory commits; "async" does not (PostgreSQL only; docs/operations-deployment.md has its
     # loss window).
     transcript_commit: Literal["durable", "async"] = "durable"
+    # Erasure and retention (docs/privacy.md)
+    # The key of the hash that names an erased subject in its audit row (HMAC-SHA256). Every
+    # replica needs the same key; unset, it is derived from TELEMETRY_HASH_KEY or, in dev mode,
+    # from the dev secret (app/erasure/audit.py).
+    erasure_hash_key: SecretStr | None = None
+    # Days since a conversation's last activity after which `python -m app purge` deletes it,
+    # and days after which it deletes a memory history entry; 0 keeps them (the default).
+    retention_conversation_days: int = Field(default=0, ge=0, le=36_500)
+    retention_history_days: int = Field(default=0, ge=0, le=36_500)
+    retention_batch_size: int = Field(default=100, ge=1, le=10_000)
 
     # Telemetry
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
@@ -156,6 +166,7 @@ class Settings(BaseSettings):
         "eval_api_key",
         "llm_max_tokens",
         "telemetry_hash_key",
+        "erasure_hash_key",
         mode="before",
     )
     @classmethod

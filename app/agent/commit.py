@@ -19,6 +19,7 @@ from app.memory.ledger import MemoryLedger
 from app.memory.provenance import Provenance
 from app.memory.rules import MemoryValidationError, Snapshot
 from app.memory.service import CommitResult
+from app.memory.writes import SubjectErasedError
 from app.telemetry import count_targets, memory_event, start_span
 
 tracer = trace.get_tracer(__name__)
@@ -88,6 +89,7 @@ class CommitPoint:
                     ctx.cancel_event,
                     provenance=Provenance("turn", ctx.turn_id, ctx.conversation_id),
                     may_propose=True,  # the user's save mode decides, inside the transaction
+                    begun_at=ctx.begun_at,
                 )
             )
             try:
@@ -107,6 +109,10 @@ class CommitPoint:
                 # e.g. the entry an edit was made against is gone): refused whole.
                 report_commit(ledger, "failed", ctx.baseline, reason=error.code, started=started)
                 return self._seal(finish, "failed", ctx.baseline, reason=error.code)
+            except SubjectErasedError:
+                # The person was erased while this turn ran: there is nothing to write into.
+                report_commit(ledger, "failed", ctx.baseline, reason="erased", started=started)
+                return self._seal(finish, "failed", ctx.baseline, reason="erased")
             except Exception as error:
                 report_commit(
                     ledger, "failed", ctx.baseline, reason=type(error).__name__, started=started

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from app.agent.events import TranscriptStatus
 from app.concurrency import CancelFlag
@@ -45,6 +46,9 @@ class TurnContext:
     transcript_status: TranscriptStatus = "disabled"
     cancel_event: CancelFlag = field(default_factory=CancelFlag)
     opened_at: float | None = None
+    # Wall-clock UTC when the turn began: an erasure of the user since then leaves its commit
+    # nothing to write (app/memory/writes.py).
+    begun_at: datetime | None = None
     rejected_calls: int = 0
     # The transcripts conversation_search reads (the owner's, by `user_id`); None: not offered.
     search: ConversationService | None = None

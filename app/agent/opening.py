@@ -15,6 +15,7 @@ from app.agent.request import TurnRequest, TurnServices
 from app.concurrency import CancelFlag
 from app.db.admission import DatabaseBusyError, admitted
 from app.db.deadline import DeadlineExceededError, within
+from app.erasure import audit
 from app.memory.ledger import MemoryLedger
 from app.memory.provenance import SaveMode
 from app.memory.render import MemoryStatus
@@ -80,6 +81,7 @@ async def _open(
 ) -> TurnContext:
     flags = services.flags
     opened_at = flags.now() if flags is not None else None
+    begun_at = audit.now()
     deadline = asyncio.get_running_loop().time() + services.settings.memory_read_timeout_seconds
     reading = asyncio.ensure_future(_load_memory(request, services, turn_id, uses_memory, deadline))
     try:
@@ -110,6 +112,7 @@ async def _open(
         save_mode=memory.save_mode,
         cancel_event=cancel_event,
         opened_at=opened_at,
+        begun_at=begun_at,
         search=services.search if request.user_id is not None else None,
         search_timeout_seconds=services.settings.search_timeout_seconds,
     )

@@ -1,13 +1,16 @@
-"""Operator routes: the memory feature flag, stored in the database for every replica."""
+"""Operator routes: the memory feature flag, stored in the database for every replica, and the
+erasure of a user."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, StrictBool
 
+from app.api.account import erase
+from app.api.auth import subject_problem
 from app.api.deps import Operator, RuntimeDep
 from app.api.errors import BODY_ERRORS, error_responses
-from app.errors import NotFound, ServiceUnavailable
+from app.errors import NotFound, ServiceUnavailable, Unprocessable
 from app.memory.flags import KNOWN_FLAGS, FlagState, FlagUnavailableError
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
@@ -61,3 +64,19 @@ async def set_flag(
     # Switching memory off deletes nothing: rows and tables stay, only writes and the tool stop.
     state = await runtime.flags.set(name, body.enabled, updated_by=operator.subject)
     return _view(state)
+
+
+@router.delete(
+    "/users/{subject}",
+    status_code=204,
+    response_class=Response,
+    summary="Erase a user: every row about the subject (one audit row stays)",
+    responses=error_responses(401, 403, 422, 503),
+)
+async def erase_user(subject: str, _operator: Operator, runtime: RuntimeDep) -> Response:
+    """Idempotent: a subject with nothing stored answers 204 too."""
+    problem = subject_problem(subject)
+    if problem is not None:
+        raise Unprocessable(f"The subject {problem}.")
+    await erase(runtime.erasure, subject)
+    return Response(status_code=204)

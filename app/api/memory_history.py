@@ -174,7 +174,9 @@ async def _export_body(
             yield (("," if changes else "") + _json(history_view(entry))).encode()
             changes += 1
         proposals = _json([proposal_view(proposal) for proposal in head.proposals])
-        yield f'],"proposals":{proposals},"conversations":['.encode()
+        # Not actionable any more, but stored until removed: a person takes them too.
+        expired = _json([proposal_view(proposal) for proposal in head.expired_proposals])
+        yield f'],"proposals":{proposals},"expired_proposals":{expired},"conversations":['.encode()
         async for conversation in control.export_conversations(user_id):
             described = {
                 "id": conversation.id,

@@ -277,3 +277,59 @@ def remove(connection: Connection, user_id: str, conversation_id: str) -> bool:
     )
     connection.execute(delete(conversations).where(conversations.c.id == conversation_id))
     return True
+
+
+def _remove_ids(connection: Connection, conversation_ids: list[str]) -> int:
+    """Messages first (SQLite's search index reads each message's owner from its conversation
+    while it removes the message), then the conversations."""
+    if not conversation_ids:
+        return 0
+    connection.execute(
+        delete(conversation_messages).where(
+            conversation_messages.c.conversation_id.in_(conversation_ids)
+        )
+    )
+    result = connection.execute(
+        delete(conversations).where(conversations.c.id.in_(conversation_ids))
+    )
+    return result.rowcount or 0
+
+
+def remove_all(connection: Connection, user_id: str) -> int:
+    """Every conversation of the user and its messages (their search index rows go with them:
+    triggers on SQLite, the rows' own columns and indexes elsewhere). Returns how many."""
+    ids = [
+        str(value)
+        for value in connection.execute(
+            select(conversations.c.id).where(conversations.c.user_id == user_id)
+        ).scalars()
+    ]
+    removed = 0
+    for start in range(0, len(ids), 500):  # bounded IN lists
+        removed += _remove_ids(connection, ids[start : start + 500])
+    return removed
+
+
+def stale(connection: Connection, cutoff: datetime, limit: int) -> list[str]:
+    """Up to `limit` conversations whose last activity is older than `cutoff`, oldest first."""
+    query = (
+        select(conversations.c.id)
+        .where(conversations.c.updated_at < cutoff)
+        .order_by(conversations.c.updated_at)
+        .limit(limit)
+    )
+    return [str(value) for value in connection.execute(query).scalars()]
+
+
+def remove_if_stale(connection: Connection, conversation_ids: list[str], cutoff: datetime) -> int:
+    """Those of `conversation_ids` still inactive since `cutoff` (one that a turn touched since it
+    was listed is kept: read again in this transaction)."""
+    still = [
+        str(value)
+        for value in connection.execute(
+            select(conversations.c.id)
+            .where(conversations.c.id.in_(conversation_ids), conversations.c.updated_at < cutoff)
+            .with_for_update()  # a turn's touch of one of them waits, then finds it gone
+        ).scalars()
+    ]
+    return _remove_ids(connection, still)

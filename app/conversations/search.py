@@ -29,6 +29,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Engine,
     Select,
     Subquery,
     and_,
@@ -348,3 +349,44 @@ def search(
         return [SearchHit(*row) for row in connection.execute(shape, values).all()]
     finally:
         driver.prepare_threshold = threshold  # type: ignore[union-attr]
+
+
+# FTS5 keeps a deleted row's terms in its index segments (the `_data` shadow table) until the
+# segments are merged; 'optimize' merges them all into one, which drops every deleted term.
+# (SQLite 3.42 added a `secure-delete` option for this; the SQLite here may be older.)
+_FTS_OPTIMIZE = text(f"INSERT INTO {SEARCH_FTS_TABLE}({SEARCH_FTS_TABLE}) VALUES ('optimize')")
+
+
+def drop_deleted_terms(connection: Connection) -> None:
+    """In the transaction that deleted messages, on SQLite: make their words unreadable from the
+    index's storage. The cost grows with the whole index (docs/privacy.md has a measurement).
+    PostgreSQL's tsvector is a column of the deleted row itself (a dead tuple until VACUUM)."""
+    if connection.dialect.name == "sqlite":
+        connection.execute(_FTS_OPTIMIZE)
+
+
+# InnoDB's FULLTEXT index keeps a deleted row's words (in its cache and auxiliary tables) until
+# OPTIMIZE TABLE; with the server's innodb_optimize_fulltext_only on, that statement works on
+# the index alone, without rebuilding the table.
+_FULLTEXT_ONLY = text("SELECT @@GLOBAL.innodb_optimize_fulltext_only")
+_OPTIMIZE_MESSAGES = text(f"OPTIMIZE TABLE {conversation_messages.name}")
+# A pass first finishes the cleanup cycle an earlier deletion began (its deleted rows were set
+# aside when that cycle started), so the rows deleted now need the next one. Each pass rewrites
+# at most innodb_ft_num_word_optimize words: a larger index needs more (docs/privacy.md).
+FULLTEXT_OPTIMIZE_PASSES = 2
+
+
+def optimize_fulltext(engine: Engine) -> bool:
+    """After the transaction that deleted messages, on MariaDB/MySQL: drop their words from the
+    FULLTEXT index when the server allows it cheaply (innodb_optimize_fulltext_only). Whether
+    the index was optimized (True elsewhere: nothing to do); docs/privacy.md has the rest."""
+    if engine.dialect.name not in ("mysql", "mariadb"):
+        return True
+    with engine.connect() as connection:
+        if not connection.execute(_FULLTEXT_ONLY).scalar():
+            connection.rollback()
+            return False
+        connection.rollback()
+        for _ in range(FULLTEXT_OPTIMIZE_PASSES):
+            connection.execute(_OPTIMIZE_MESSAGES).all()  # implicitly commits: its own statement
+    return True

@@ -18,7 +18,7 @@ from app.conversations import repository, search
 from app.conversations.repository import Conversation, MessageStatus, Role, StoredMessage
 from app.conversations.search_text import query_words, snippet
 from app.conversations.titles import title_from_message
-from app.db.engine import one_statement_read
+from app.db.engine import SQLITE_IMMEDIATE, one_statement_read
 from app.telemetry.sensitive import register_search
 
 log = structlog.get_logger(__name__)
@@ -142,11 +142,53 @@ class ConversationService:
     def _delete(self, user_id: str, conversation_id: str) -> bool:
         if not is_conversation_id(conversation_id):
             return False
-        with self.engine.begin() as connection:
-            return repository.remove(connection, user_id, conversation_id)
+        with self._deleting() as connection:
+            removed = repository.remove(connection, user_id, conversation_id)
+            if removed:
+                search.drop_deleted_terms(connection)
+        if removed:
+            search.optimize_fulltext(self.engine)
+        return removed
 
     async def delete(self, user_id: str, conversation_id: str) -> bool:
         return await to_thread(self._delete, user_id, conversation_id)
+
+    @contextlib.contextmanager
+    def _deleting(self) -> Iterator[Connection]:
+        """A transaction that reads, then deletes. On SQLite it takes the write lock at BEGIN
+        (waiting up to the busy timeout): a transaction that began reading could not wait for
+        it later, and would fail at once while another writer holds it."""
+        with (
+            self.engine.connect().execution_options(**{SQLITE_IMMEDIATE: True}) as connection,
+            connection.begin(),
+        ):
+            yield connection
+
+    def erase(self, user_id: str) -> int:
+        """Every conversation of the user, its messages and their search index entries, in one
+        transaction; returns how many conversations."""
+        with self._deleting() as connection:
+            removed = repository.remove_all(connection, user_id)
+            search.drop_deleted_terms(connection)
+        search.optimize_fulltext(self.engine)
+        return removed
+
+    def expire(self, cutoff: datetime, limit: int) -> tuple[int, int]:
+        """Retention: up to `limit` conversations inactive since before `cutoff`, in one small
+        transaction (no user's writer lock: transcripts are not memory state). Returns how many
+        were removed and how many were listed (0: nothing is left to expire)."""
+        with self.engine.connect() as connection:
+            candidates = repository.stale(connection, cutoff, limit)
+            connection.rollback()
+        if not candidates:
+            return 0, 0
+        with self._deleting() as connection:
+            removed = repository.remove_if_stale(connection, candidates, cutoff)
+            if removed:
+                search.drop_deleted_terms(connection)
+        if removed:
+            search.optimize_fulltext(self.engine)
+        return removed, len(candidates)
 
     def _search(
         self, user_id: str, query: str, limit: int, exclude_turn_id: str | None

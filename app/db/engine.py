@@ -249,6 +249,18 @@ def _server_info(dbapi_connection: Any) -> str:
     return str(get_server_info()) if callable(get_server_info) else ""
 
 
+def truncate_wal(engine: Engine) -> bool:
+    """SQLite: copy the write-ahead log into the database and truncate it to zero bytes, so that
+    page images of deleted rows do not outlive an erasure there. True when the log was emptied
+    (a reader still holding an old snapshot keeps it: a later checkpoint finishes). A no-op
+    elsewhere (docs/privacy.md says what an operator runs on a server)."""
+    if engine.url.get_backend_name() != "sqlite":
+        return True
+    with engine.connect() as connection:
+        busy = connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").first()
+    return busy is None or busy[0] == 0
+
+
 def _configure_sqlite(engine: Engine) -> None:
     """Take control of BEGIN (pysqlite's own handling defers it) so writers can lock up front."""
 
@@ -262,6 +274,9 @@ def _configure_sqlite(engine: Engine) -> None:
         # application crash; only an OS crash or power loss can drop the latest commits. FULL
         # fsyncs on every commit and dominated the embedded turn's time.
         cursor.execute("PRAGMA synchronous=NORMAL")
+        # Deleted content is overwritten with zeros instead of lingering in free pages
+        # (erasure and retention; docs/privacy.md).
+        cursor.execute("PRAGMA secure_delete=ON")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -168,6 +168,22 @@ memory_preferences = Table(
     **MYSQL_OPTIONS,
 )
 
+# -- erasure (revision 0010): one audit row per erased subject, keyed by a keyed hash --------------
+# No subject and no content: `subject_hash` is HMAC-SHA256 of the subject under ERASURE_HASH_KEY
+# (app/erasure/audit.py). `completed_at` stays NULL while an erasure is unfinished (a crash
+# halfway): running the erasure again finishes it. A turn's memory commit that finds a row
+# erased after the turn began writes nothing.
+
+erasures = Table(
+    f"{PREFIX}erasures",
+    metadata,
+    Column("subject_hash", String(64), nullable=False),
+    Column("erased_at", precise_timestamp(), nullable=False),
+    Column("completed_at", precise_timestamp(), nullable=True),
+    PrimaryKeyConstraint("subject_hash", name=f"pk_{PREFIX}erasures"),
+    **MYSQL_OPTIONS,
+)
+
 # Full-text search objects (revision 0006, app/conversations/search.py). They are not in the
 # metadata because each dialect has its own: the FTS5 table (and its shadow tables) on SQLite,
 # a generated tsvector column and its GIN index on PostgreSQL, a FULLTEXT index on MariaDB.

@@ -7,7 +7,7 @@ propagate: the routes answer them.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
@@ -37,6 +37,8 @@ class ExportHead:
     snapshot: Snapshot
     save_mode: SaveMode
     proposals: list[Proposal]
+    # Expired proposals still stored (everything an erasure removes is exported).
+    expired_proposals: list[Proposal] = field(default_factory=list)
 
 
 def _registered_entries(entries: list[HistoryEntry]) -> list[HistoryEntry]:
@@ -97,8 +99,11 @@ class MemoryControl:
             register_memory(snapshot)
             save_mode = proposals.save_mode(connection, user_id)
             pending = proposals.pending(connection, user_id)
+            expired = proposals.expired(connection, user_id)
             connection.rollback()
-        return ExportHead(snapshot, save_mode, _registered_proposals(pending))
+        return ExportHead(
+            snapshot, save_mode, _registered_proposals(pending), _registered_proposals(expired)
+        )
 
     async def export_head(self, user_id: str) -> ExportHead:
         """The memory, the save mode and the pending proposals (all bounded by their limits)."""

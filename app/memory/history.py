@@ -147,3 +147,36 @@ def page(
 def delete_all(connection: Connection, user_id: str) -> int:
     result = connection.execute(delete(memory_changes).where(memory_changes.c.user_id == user_id))
     return result.rowcount or 0
+
+
+def owners_older_than(connection: Connection, cutoff: datetime, limit: int) -> list[str]:
+    """Up to `limit` users who have an entry created before `cutoff` (retention's work list)."""
+    query = (
+        select(memory_changes.c.user_id)
+        .where(memory_changes.c.created_at < cutoff)
+        .group_by(memory_changes.c.user_id)
+        .order_by(memory_changes.c.user_id)
+        .limit(limit)
+    )
+    return [str(user_id) for user_id in connection.execute(query).scalars()]
+
+
+def delete_older_than(connection: Connection, user_id: str, cutoff: datetime, limit: int) -> int:
+    """The user's oldest entries created before `cutoff`, at most `limit` of them (two
+    statements: MariaDB refuses a DELETE whose subquery reads the same table)."""
+    seqs = list(
+        connection.execute(
+            select(memory_changes.c.seq)
+            .where(memory_changes.c.user_id == user_id, memory_changes.c.created_at < cutoff)
+            .order_by(memory_changes.c.seq)
+            .limit(limit)
+        ).scalars()
+    )
+    if not seqs:
+        return 0
+    result = connection.execute(
+        delete(memory_changes).where(
+            memory_changes.c.user_id == user_id, memory_changes.c.seq.in_(seqs)
+        )
+    )
+    return result.rowcount or 0

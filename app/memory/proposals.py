@@ -163,3 +163,24 @@ def delete_all(connection: Connection, user_id: str) -> int:
         delete(memory_proposals).where(memory_proposals.c.user_id == user_id)
     )
     return result.rowcount or 0
+
+
+def delete_preferences(connection: Connection, user_id: str) -> int:
+    """The user's save mode (erasure only: forgetting memory keeps this preference)."""
+    result = connection.execute(
+        delete(memory_preferences).where(memory_preferences.c.user_id == user_id)
+    )
+    return result.rowcount or 0
+
+
+def expired(connection: Connection, user_id: str, at: datetime | None = None) -> list[Proposal]:
+    """The user's expired proposals still stored (they go with the next proposal, forgetting or
+    erasure): the export includes them, as everything an erasure removes."""
+    rows = connection.execute(
+        select(*_COLUMNS)
+        .where(
+            memory_proposals.c.user_id == user_id, memory_proposals.c.expires_at <= (at or now())
+        )
+        .order_by(memory_proposals.c.seq.desc())
+    ).all()
+    return [_proposal(row) for row in rows]

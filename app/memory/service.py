@@ -6,6 +6,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from typing import TypeVar
 
@@ -16,12 +17,13 @@ from app.db.deadline import DeadlineExceededError, within
 from app.db.engine import one_statement_read
 from app.db.locking import is_retryable, is_timeout, is_unique_violation
 from app.db.writers import WriterLockTimeoutError
+from app.erasure import audit
 from app.memory import repository, writes
 from app.memory.provenance import Proposer, Provenance, SaveMode
 from app.memory.repository import CancelCheck
 from app.memory.rules import Operation, Snapshot, Target
 from app.memory.unit_of_work import LockObserver, UnitOfWork, unit_of_work
-from app.memory.writes import API, WriteLimits, WriteRequest
+from app.memory.writes import API, Begun, WriteLimits, WriteRequest
 from app.telemetry.sensitive import register_memory, register_operations
 
 MAX_ATTEMPTS = 3
@@ -65,8 +67,11 @@ class MemoryService:
         read_timeout_seconds: float = READ_TIMEOUT_SECONDS,
         sleep: Callable[[float], None] = time.sleep,
         limits: WriteLimits | None = None,
+        erasure_key: bytes | None = None,
     ) -> None:
         self.engine = engine
+        # The key of the erasure audit's subject hash (ERASURE_HASH_KEY; app/erasure/audit.py).
+        self.erasure_key = erasure_key or audit.hash_key(None, telemetry=None, dev_secret=None)
         self.limits = limits or WriteLimits()
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds
@@ -144,13 +149,18 @@ class MemoryService:
         provenance: Provenance = API,
         proposal_id: str | None = None,
         may_propose: bool = False,
+        begun_at: datetime | None = None,
     ) -> CommitResult:
         """Apply staged batches (or an undo, or an accepted proposal) to the latest stored
         snapshot under the user's writer lock, recording the change in the history in the same
-        transaction (writes.write)."""
+        transaction (writes.write). `begun_at`: when the turn began; if the user was erased
+        since, nothing is written (SubjectErasedError)."""
         started = time.perf_counter()
         register_operations(batches)  # before any SQL: bound parameters carry this content
-        request = WriteRequest(provenance, batches, proposal_id, may_propose)
+        begun = None
+        if begun_at is not None:
+            begun = Begun(audit.subject_hash(self.erasure_key, user_id), begun_at)
+        request = WriteRequest(provenance, batches, proposal_id, may_propose, begun)
         what = "proposal" if proposal_id is not None else provenance.source
         written, retries = self._run(
             user_id,
@@ -176,6 +186,7 @@ class MemoryService:
         provenance: Provenance = API,
         proposal_id: str | None = None,
         may_propose: bool = False,
+        begun_at: datetime | None = None,
     ) -> CommitResult:
         """Run the commit in a worker thread; cancellation reaches it through `cancel_event`.
 
@@ -193,6 +204,7 @@ class MemoryService:
                     provenance=provenance,
                     proposal_id=proposal_id,
                     may_propose=may_propose,
+                    begun_at=begun_at,
                 )
             ),
             on_cancel=cancel_event.set,
@@ -231,6 +243,25 @@ class MemoryService:
 
     async def forget_async(self, user_id: str) -> int:
         return await to_thread(self.forget, user_id)
+
+    def erase(self, user_id: str, stamp: datetime) -> int:
+        """Erasure's first step (writes.erase): the unfinished audit row and every row of the
+        user's memory state, in one transaction under their writer lock. Returns the memory
+        documents removed."""
+        digest = audit.subject_hash(self.erasure_key, user_id)
+        return self._run(user_id, "erase", lambda unit: writes.erase(unit, digest, stamp), _never)[
+            0
+        ]
+
+    def expire_history(self, user_id: str, cutoff: datetime, limit: int) -> int:
+        """Retention: at most `limit` of the user's history entries older than `cutoff`, in one
+        small transaction under their writer lock."""
+        return self._run(
+            user_id,
+            "retention",
+            lambda unit: writes.expire_history(unit, cutoff, limit),
+            _never,
+        )[0]
 
     def reject(self, user_id: str, proposal_id: str) -> bool:
         """Delete a pending proposal; False when it is not the caller's, or no longer pending

@@ -2,18 +2,19 @@
 which holds the user's writer lock): a batch, the inverse of a recorded change or an accepted
 proposal applied to the latest snapshot and recorded in the history (or, for a turn or an MCP
 client under `save_mode: ask`, stored as a proposal); an import's proposal; forgetting;
-rejecting a proposal; the save mode.
+erasing; rejecting a proposal; the save mode.
 The caller (MemoryService) opens the unit of work and retries it whole."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cache
 
 from sqlalchemy import Connection, Insert
 
+from app.erasure import audit
 from app.memory import history, proposals, repository
 from app.memory.ledger import replay, replay_changes
 from app.memory.provenance import (
@@ -38,6 +39,19 @@ class MemoryNotFoundError(LookupError):
     """The change or proposal named is not the caller's (or does not exist, or has expired)."""
 
 
+class SubjectErasedError(LookupError):
+    """The user was erased after this turn began: its commit has nothing to write into."""
+
+
+@dataclass(frozen=True)
+class Begun:
+    """When a turn began, and its user's erasure hash: an erasure since then (found under the
+    writer lock, which the erasure held too) leaves the turn's commit nothing to write."""
+
+    subject_hash: str
+    at: datetime
+
+
 @dataclass(frozen=True)
 class WriteLimits:
     """MEMORY_HISTORY_LIMIT, MEMORY_PROPOSAL_LIMIT and MEMORY_PROPOSAL_TTL_HOURS."""
@@ -57,6 +71,7 @@ class WriteRequest:
     batches: Batches = ()
     proposal_id: str | None = None
     may_propose: bool = False
+    begun: Begun | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +113,9 @@ def write(
 ) -> Written:
     connection, user_id = unit.connection, unit.user_id
     check_cancel(should_cancel, "before the query")
+    begun = request.begun
+    if begun is not None and audit.erased_since(connection, begun.subject_hash, begun.at):
+        raise SubjectErasedError("the user was erased while this turn ran")
     current = repository.load_snapshot(connection, user_id, lock=True)
     register_memory(current)
     batches, provenance = resolve(connection, user_id, request)
@@ -217,6 +235,24 @@ def forget(unit: UnitOfWork) -> int:
     history.delete_all(connection, user_id)
     proposals.delete_all(connection, user_id)
     return removed
+
+
+def erase(unit: UnitOfWork, subject_hash: str, stamp: datetime) -> int:
+    """The first step of erasing a person: the audit row (unfinished) and all of their memory
+    state, preferences included, in one transaction under their writer lock. A turn's commit
+    that runs after it finds the audit row and writes nothing; one that ran before it is
+    deleted here."""
+    connection, user_id = unit.connection, unit.user_id
+    audit.mark_started(connection, subject_hash, stamp)
+    removed = forget(unit)
+    proposals.delete_preferences(connection, user_id)
+    return removed
+
+
+def expire_history(unit: UnitOfWork, cutoff: datetime, limit: int) -> int:
+    """Retention: at most `limit` of the user's history entries older than `cutoff` (a small
+    transaction, so the user's writer lock is held briefly)."""
+    return history.delete_older_than(unit.connection, unit.user_id, cutoff, limit)
 
 
 def reject(unit: UnitOfWork, proposal_id: str) -> bool:

@@ -24,8 +24,8 @@ TABLE_NAMES = {"agent_memory", "memory_changes", "memory_proposals", "memory_pre
 STATEMENT_MODULES = {"memory/repository.py", "memory/history.py", "memory/proposals.py"}
 STORAGE_WRITERS = {
     "repository": {"delete_all", "document_statement"},
-    "history": {"delete_all", "trim", "ENTRY_INSERT", "TRIM_BEFORE_INSERT"},
-    "proposals": {"add", "remove", "delete_all", "set_save_mode"},
+    "history": {"delete_all", "trim", "delete_older_than", "ENTRY_INSERT", "TRIM_BEFORE_INSERT"},
+    "proposals": {"add", "remove", "delete_all", "delete_preferences", "set_save_mode"},
 }
 UNIT_OPENERS = {"memory/service.py", "api/health.py"}
 

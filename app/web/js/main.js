@@ -1,6 +1,7 @@
 // The web client's start: sign-in, the workspace and what ties them together, including the
 // sign-out that leaves nothing of the previous person on the page.
 
+import { AccountDeletion } from "./account.js";
 import { ApiClient, describe, fetchInfo, issueDevToken } from "./api.js";
 import { Composer } from "./chat/composer.js";
 import { Chat } from "./chat/chat.js";
@@ -20,6 +21,7 @@ import { Router } from "./router.js";
 import { dropToken, keepToken, savedToken, subjectOf, takeTokenFromFragment } from "./session.js";
 
 const SESSION_ENDED = "Your session has ended. Please sign in again.";
+const ACCOUNT_DELETED = "Your account was deleted. Everything about you has been erased.";
 
 let info = { auth_mode: "dev" };
 let client = null;
@@ -59,6 +61,7 @@ const title = new ChatTitle({
   onRenamed: () => conversations.load(),
   onError: (text) => chatNotice.show(text, "error"),
 });
+const account = new AccountDeletion({ onDeleted: () => signOut(ACCOUNT_DELETED, "success") });
 const conversations = new ConversationList({
   container: $("conversation-list"),
   empty: $("conversations-empty"),
@@ -117,13 +120,13 @@ function showModelBadge() {
   }
 }
 
-function showSignIn(message = "") {
+function showSignIn(message = "", kind = "error") {
   $("workspace").hidden = true;
   $("sign-in").hidden = false;
   const oidc = info.auth_mode === "oidc";
   $("dev-sign-in").hidden = oidc;
   $("token-sign-in").hidden = !oidc;
-  if (message) signInNotice.show(message, "error");
+  if (message) signInNotice.show(message, kind);
   else signInNotice.clear();
   focusQuietly(oidc ? $("token-input") : $("dev-name"));
 }
@@ -133,6 +136,7 @@ async function signIn(token) {
   const subject = subjectOf(token) || "unknown user";
   keepToken(token);
   for (const part of [conversations, search, memory, chat, title]) part.attach(client);
+  account.attach(client, subject);
   $("account-name").textContent = subject;
   $("account-avatar").textContent = subject.slice(0, 1).toUpperCase();
   $("account").hidden = false;
@@ -150,7 +154,7 @@ async function signIn(token) {
 // trace of the person leaves the page (name, conversations, messages, memory, statuses, drafts).
 // An expired session keeps the address, so that signing in again returns there; signing out
 // leaves it too (the next person starts with a new chat).
-function signOut(message = "") {
+function signOut(message = "", kind = "error") {
   if (client) client.close();
   if (!message) router.show(null, { replace: true });
   title.reset();
@@ -158,6 +162,7 @@ function signOut(message = "") {
   client = null;
   dropToken();
   closeDialogs();
+  account.reset();
   chat.reset();
   conversations.reset();
   search.reset();
@@ -169,7 +174,7 @@ function signOut(message = "") {
   $("account-avatar").textContent = "";
   $("account").hidden = true;
   for (const form of document.querySelectorAll("#sign-in form")) form.reset();
-  showSignIn(message);
+  showSignIn(message, kind);
 }
 
 async function onDevSignIn(event) {
