@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from app.api import (
     admin,
+    admin_records,
     chat,
     conversations,
     dev,
@@ -19,6 +20,7 @@ from app.api import (
     memory,
     memory_history,
     memory_proposals,
+    metrics,
     openai_compat,
     web,
 )
@@ -27,6 +29,7 @@ from app.api.openai_cors import OpenAICorsMiddleware
 from app.runtime import build_runtime
 from app.settings import Settings, SettingsError, get_settings
 from app.telemetry import configure_logging, configure_tracing, shutdown_tracing, start_export
+from app.telemetry.metrics import MetricsListener, worker_exiting
 from app.telemetry.middleware import TelemetryMiddleware
 
 DEFAULT_MAX_REQUEST_BYTES: int = Settings.model_fields["max_request_bytes"].default
@@ -47,11 +50,18 @@ def create_app(
         configure_logging(resolved)
         start_export()
         app.state.runtime = runtime
+        listener = None
+        if resolved.metrics_port is not None:
+            listener = MetricsListener(resolved.metrics_host, resolved.metrics_port)
+            listener.start()
         try:
             yield
         finally:
+            if listener is not None:
+                listener.stop()
             await runtime.aclose()
             shutdown_tracing()
+            worker_exiting()
 
     app = FastAPI(
         title="Agent memory backend",
@@ -71,10 +81,12 @@ def create_app(
         memory_history,
         memory_proposals,
         admin,
+        admin_records,
         chat,
         eval,
         conversations,
         openai_compat,
+        metrics,
         web,
     ):
         app.include_router(module.router)

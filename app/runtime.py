@@ -19,7 +19,10 @@ from app.memory.control import MemoryControl
 from app.memory.flags import FlagStore
 from app.memory.service import MemoryService
 from app.memory.writes import WriteLimits
+from app.operators.limits import Caller, Limits, LimitStore
+from app.operators.usage import UsageStore
 from app.settings import Settings
+from app.telemetry import metrics
 
 
 @dataclass
@@ -33,6 +36,25 @@ class Runtime:
     agents: AgentRegistry
     conversations: ConversationService
     control: MemoryControl
+    limits: LimitStore
+    usage: UsageStore
+
+    def user_limits(self) -> Limits:
+        return Limits(
+            max_streams=self.settings.user_max_streams,
+            turns_per_minute=self.settings.user_turns_per_minute,
+            daily_tokens=self.settings.user_daily_tokens,
+        )
+
+    def eval_limits(self) -> Limits:
+        return Limits(
+            max_streams=self.settings.eval_max_streams,
+            turns_per_minute=self.settings.eval_turns_per_minute,
+        )
+
+    def eval_caller(self) -> Caller:
+        key = self.settings.eval_api_key
+        return Caller.evaluator(key.get_secret_value() if key is not None else "")
 
     async def aclose(self) -> None:
         await self.agents.aclose()
@@ -46,6 +68,7 @@ def build_runtime(
     verifier, dev_tokens = build_verifier(settings)
     limits = database_limits(settings)
     engine = build_engine(settings.database_url, limits)
+    metrics.watch_pool(engine)
     size_worker_threads(limits)
     return Runtime(
         settings=settings,
@@ -67,7 +90,18 @@ def build_runtime(
         agents=AgentRegistry(settings, model_transport=model_transport),
         conversations=ConversationService(engine, search_config=settings.search_postgres_config),
         control=MemoryControl(engine),
+        limits=LimitStore(
+            engine,
+            # A stream lasts at most its turn's deadline and the cleanup after it; a lease
+            # outliving that belongs to a worker that died.
+            lease_seconds=settings.turn_timeout_seconds + LEASE_MARGIN_SECONDS,
+            timeout_seconds=settings.limit_check_timeout_seconds,
+        ),
+        usage=UsageStore(engine),
     )
+
+
+LEASE_MARGIN_SECONDS = 60.0
 
 
 def write_limits(settings: Settings) -> WriteLimits:

@@ -15,6 +15,7 @@ from app.db.deadline import DeadlineExceededError, within
 from app.memory.ledger import MemoryLedger
 from app.memory.render import MemoryStatus
 from app.memory.rules import Snapshot
+from app.telemetry import memory_read_failed
 
 log = structlog.get_logger(__name__)
 
@@ -92,12 +93,12 @@ async def _load_memory(
         return _DISABLED
     flag = await flags.memory_status(seconds=remaining(deadline))
     if flag == "unavailable":
-        log.warning("memory.read_failed", turn_id=turn_id, error_type="FlagUnavailable")
+        memory_read_failed(turn_id=turn_id, error_type="FlagUnavailable", source="flag")
         return _Memory("unavailable", Snapshot(), None)
     try:
         snapshot = await memory.read_async(user_id, seconds=remaining(deadline))
     except Exception as error:
-        log.warning("memory.read_failed", turn_id=turn_id, error_type=type(error).__name__)
+        memory_read_failed(turn_id=turn_id, error_type=type(error).__name__, source="memory")
         return _Memory("unavailable" if flag == "enabled" else "disabled", Snapshot(), None)
     if flag == "disabled":
         # Read only for the counts the memory event reports: never shown to the model.

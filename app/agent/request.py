@@ -9,6 +9,7 @@ from app.agent.llm import DEFAULT_SAMPLING, Sampling
 from app.conversations.service import ConversationService
 from app.memory.flags import FlagStore
 from app.memory.service import MemoryService
+from app.operators.usage import UsageStore
 from app.settings import Settings
 
 HistoryRole = Literal["system", "user", "assistant"]
@@ -41,10 +42,12 @@ class TurnRequest:
 class TurnServices:
     """What the turn may touch. The memory-free route passes settings only: with no memory
     service, flag store or transcript, nothing there can be read or written. `search` is the
-    transcript store the conversation_search tool reads (None: the tool is not offered)."""
+    transcript store the conversation_search tool reads (None: the tool is not offered).
+    `usage` records a turn's tokens when no transcript row carries them (None: not recorded)."""
 
     settings: Settings
     memory: MemoryService | None = None
     flags: FlagStore | None = None
     conversations: ConversationService | None = None
     search: ConversationService | None = None
+    usage: UsageStore | None = None

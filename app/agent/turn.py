@@ -27,7 +27,8 @@ from app.agent.request import TurnRequest, TurnServices
 from app.agent.rounds import Progress, run_rounds
 from app.concurrency import CancelFlag, finish_even_if_cancelled
 from app.conversations.repository import MessageStatus
-from app.telemetry import capture_content, start_span, turn_context
+from app.operators.usage import TurnUsage
+from app.telemetry import capture_content, start_span, turn_context, turn_finished
 
 log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -74,21 +75,21 @@ class Turn:
                 outcome = settled.finish if settled else "cancelled"
                 if settled is None:
                     self._discard()
-                await self._end_transcript(
-                    progress.answer, "complete" if settled else "interrupted"
-                )
+                await self._end_transcript(progress, "complete" if settled else "interrupted")
                 raise
             finally:
                 capture_content(span, "app.capture.model_output", progress.answer)
                 span.set_attribute("turn.outcome", outcome)
                 span.set_attribute("turn.rounds", progress.rounds)
-                log.info(
-                    "turn.finished",
+                spent = progress.usage
+                turn_finished(
                     turn_id=self.turn_id,
                     agent=self.agent.name,
                     outcome=outcome,
                     rounds=progress.rounds,
-                    duration_ms=round((time.perf_counter() - started) * 1000, 1),
+                    duration_seconds=time.perf_counter() - started,
+                    prompt_tokens=spent.input_tokens if spent else None,
+                    completion_tokens=spent.output_tokens if spent else None,
                 )
 
     async def _attempt(self, progress: Progress, emit: Emit, span: trace.Span) -> ErrorEvent | None:
@@ -128,13 +129,13 @@ class Turn:
             assert failure is not None  # a turn that did not fail always reaches its commit point
             self._discard()
             emit(failure)
-            await self._end_transcript(progress.answer, "failed")
+            await self._end_transcript(progress, "failed")
             return failure.code
         # Settled, possibly in a race with the deadline: the commit's answer stands.
         if not settled.reported:
             settled.reported = True
             emit(settled.event)
-        await self._end_transcript(progress.answer, "complete")
+        await self._end_transcript(progress, "complete")
         emit(DoneEvent(settled.finish, progress.usage))
         return settled.finish
 
@@ -142,15 +143,34 @@ class Turn:
         if self.context is not None:
             self.context.ledger = None
 
-    async def _end_transcript(self, content: str, status: MessageStatus) -> None:
-        """The turn's one assistant row. It is written once: a second call (a cancellation
-        arriving while the first write runs) waits for the same write."""
+    async def _end_transcript(self, progress: Progress, status: MessageStatus) -> None:
+        """The turn's one assistant row, with the turn's token usage in the same transaction.
+        It is written once: a second call (a cancellation arriving while the first write
+        runs) waits for the same write."""
         if self._transcript is None:
-            self._transcript = asyncio.ensure_future(self._store_answer(content, status))
+            self._transcript = asyncio.ensure_future(self._store_answer(progress, status))
         await finish_even_if_cancelled(self._transcript)
 
-    async def _store_answer(self, content: str, status: MessageStatus) -> None:
+    async def _store_answer(self, progress: Progress, status: MessageStatus) -> None:
         conversations, ctx = self.services.conversations, self.context
-        if ctx is None or conversations is None or not self.request.store_transcript:
+        if ctx is None:
             return
-        await conversations.append(ctx.conversation_id, ctx.turn_id, "assistant", content, status)
+        spent = self._spent(progress)
+        if (
+            ctx.conversation_id is not None
+            and conversations is not None
+            and (self.request.store_transcript)
+        ):
+            await conversations.append(
+                ctx.conversation_id, ctx.turn_id, "assistant", progress.answer, status, usage=spent
+            )
+        elif spent is not None and self.services.usage is not None:
+            # No transcript on this route (or it could not be stored): usage on its own.
+            await self.services.usage.record(spent)
+
+    def _spent(self, progress: Progress) -> TurnUsage | None:
+        """The user's tokens for this turn, when the model reported them."""
+        user_id, usage = self.request.user_id, progress.usage
+        if user_id is None or usage is None or not (usage.input_tokens or usage.output_tokens):
+            return None
+        return TurnUsage(user_id, usage.input_tokens, usage.output_tokens)

@@ -28,6 +28,7 @@ from app.agent.streaming import stream_turn
 from app.agent.turn import Turn
 from app.api.bodies import json_object
 from app.api.deps import CurrentUser, RuntimeDep, SettingsDep
+from app.api.limiting import releasing
 from app.api.openai_errors import OpenAIRoute
 from app.api.openai_request import WireError, parse_completion_request
 from app.api.openai_schema import (
@@ -39,6 +40,7 @@ from app.api.openai_schema import (
 )
 from app.api.sse import PING_SECONDS, SEND_TIMEOUT_SECONDS, LeanEventSourceResponse
 from app.api.ui_stream import sse_data
+from app.operators.limits import Caller
 
 PREFIX = "/openai/v1"
 OWNER = "agent-memory"
@@ -102,8 +104,10 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
         model_id=settings.llm_model,
         max_message_chars=settings.max_message_chars,
     )
+    agent = await runtime.agents.chat()
+    admission = await runtime.limits.admit(Caller.user(user.subject), runtime.user_limits())
     turn = Turn(
-        await runtime.agents.chat(),
+        agent,
         TurnRequest(
             message=wanted.message,
             user_id=user.subject,
@@ -118,6 +122,7 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
             memory=runtime.memory,
             flags=runtime.flags,
             search=runtime.conversations,  # the same turn: it may search stored transcripts
+            usage=runtime.usage,  # no transcript row here: the turn's usage is stored alone
         ),
     )
     completion = Completion(
@@ -127,14 +132,17 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
     )
     if wanted.stream:
         encoder = ChunkEncoder(completion, include_usage=wanted.include_usage)
-        return LeanEventSourceResponse(
+        streamed = LeanEventSourceResponse(
             _chunks(stream_turn(turn), encoder),
             ping=PING_SECONDS,
             send_timeout=SEND_TIMEOUT_SECONDS,
             sep="\n",
             headers=STREAM_HEADERS,
         )
-    return AnswerResponse(stream_turn(turn), AnswerCollector(completion))
+        return releasing(streamed, runtime, admission)
+    return releasing(
+        AnswerResponse(stream_turn(turn), AnswerCollector(completion)), runtime, admission
+    )
 
 
 def _data(chunk: dict[str, Any]) -> bytes:

@@ -18,6 +18,8 @@ from app.conversations import repository, search
 from app.conversations.repository import Conversation, MessageStatus, Role, StoredMessage
 from app.conversations.search_text import query_words, snippet
 from app.db.engine import one_statement_read
+from app.operators import usage as usage_rows
+from app.operators.usage import TurnUsage
 from app.telemetry.sensitive import register_search
 
 log = structlog.get_logger(__name__)
@@ -198,10 +200,18 @@ class ConversationService:
             return None
 
     def _append(
-        self, conversation_id: str, turn_id: str, role: Role, content: str, status: MessageStatus
+        self,
+        conversation_id: str,
+        turn_id: str,
+        role: Role,
+        content: str,
+        status: MessageStatus,
+        spent: TurnUsage | None,
     ) -> None:
         with self._transcript_write() as connection:
             repository.add_message(connection, conversation_id, turn_id, role, content, status)
+            if spent is not None:
+                usage_rows.record(connection, spent)
 
     async def append(
         self,
@@ -210,12 +220,15 @@ class ConversationService:
         role: Role,
         content: str,
         status: MessageStatus = "complete",
+        *,
+        usage: TurnUsage | None = None,
     ) -> bool:
-        """Store one message; a failure is logged (without content) and the turn goes on."""
+        """Store one message (and the turn's token usage, in the same transaction); a failure
+        is logged (without content) and the turn goes on."""
         if conversation_id is None:
             return False
         try:
-            await to_thread(self._append, conversation_id, turn_id, role, content, status)
+            await to_thread(self._append, conversation_id, turn_id, role, content, status, usage)
         except Exception as error:
             log.warning(
                 "conversation.append_failed",
