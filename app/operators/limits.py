@@ -113,7 +113,7 @@ class LimitStore:
         self.engine = engine
         self.lease_seconds = lease_seconds
         self.timeout_seconds = timeout_seconds
-        self._clock = clock
+        self.clock = clock  # tests pin it to a moment
 
     async def admit(self, caller: Caller, limits: Limits) -> Admission:
         """Admit a request or raise RateLimited; with every limit off, nothing is read."""
@@ -162,7 +162,7 @@ class LimitStore:
         raise AssertionError("unreachable")
 
     def _check(self, connection: Connection, caller: Caller, limits: Limits) -> Admission:
-        now = self._clock()
+        now = self.clock()
         minute = math.floor(now.timestamp() / 60)
         turns = _count_turn(connection, caller, minute)
         if limits.turns_per_minute and turns > limits.turns_per_minute:
@@ -222,7 +222,7 @@ class LimitStore:
                         and_(
                             stream_slots.c.kind == caller.kind,
                             stream_slots.c.caller == caller.key,
-                            stream_slots.c.expires_at <= _naive(self._clock()),
+                            stream_slots.c.expires_at <= _naive(self.clock()),
                         ),
                     )
                 )
@@ -238,7 +238,7 @@ class LimitStore:
                     .where(
                         stream_slots.c.kind == caller.kind,
                         stream_slots.c.caller == caller.key,
-                        stream_slots.c.expires_at > _naive(self._clock()),
+                        stream_slots.c.expires_at > _naive(self.clock()),
                     )
                 ).scalar_one()
             )
