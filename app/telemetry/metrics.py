@@ -150,7 +150,7 @@ def memory_commit(outcome: str, reason: str | None, duration_seconds: float) -> 
     if label == "failed" and reason == "stale_match":
         label = "stale_match"  # the edit's entry changed under it: its own series, it is common
     COMMITS.labels(label).inc()
-    if label != "cancelled":
+    if label != "cancelled" and duration_seconds > 0:  # 0: decided before any transaction
         COMMIT_DURATION.observe(duration_seconds)
 
 
