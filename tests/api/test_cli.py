@@ -19,7 +19,16 @@ from app.memory.flags import read_flag
 from tests.support.server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-SUBCOMMANDS = [[], ["migrate"], ["serve"], ["flags"], ["flags", "get"], ["flags", "set"], ["token"]]
+SUBCOMMANDS = [
+    [],
+    ["migrate"],
+    ["serve"],
+    ["flags"],
+    ["flags", "get"],
+    ["flags", "set"],
+    ["audit"],
+    ["token"],
+]
 
 
 def _environment(workdir: Path, **extra: str) -> dict[str, str]:
