@@ -167,8 +167,7 @@ class LimitStore:
         turns = _count_turn(connection, caller, minute)
         if limits.turns_per_minute and turns > limits.turns_per_minute:
             raise RateLimited(
-                f"Too many turns: at most {limits.turns_per_minute} a minute. "
-                "Wait a moment and send it again.",
+                f"Too many turns: at most {limits.turns_per_minute} a minute.",
                 limit="turns_per_minute",
                 retry_after=math.ceil((minute + 1) * 60 - now.timestamp()),
             )
@@ -195,8 +194,7 @@ class LimitStore:
         ).scalar_one()
         if live >= limits.max_streams:
             raise RateLimited(
-                f"Too many answers at once: at most {limits.max_streams} at a time. "
-                "Wait for one to finish.",
+                f"Too many answers at once: at most {limits.max_streams} at a time.",
                 limit="streams",
                 retry_after=STREAMS_RETRY_SECONDS,
             )
