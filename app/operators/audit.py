@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, insert, select, update
 
 from app.db.schema import SUBJECT_CHARS, audit_log
 
@@ -100,3 +100,14 @@ def subject_key(subject: str, key: bytes) -> str:
     the same subject and key always give the same value, and without the key it cannot be
     reversed or confirmed by guessing subjects."""
     return hmac.new(key, b"audit-subject:" + subject.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def pseudonymize_actor(connection: Connection, subject: str, key: bytes) -> int:
+    """Name an erased operator by `subject_key` in the rows of their actions (who acted stays
+    traceable with the key, the subject is gone); returns how many rows changed."""
+    result = connection.execute(
+        update(audit_log)
+        .where(audit_log.c.actor == subject)
+        .values(actor=subject_key(subject, key)),
+    )
+    return int(result.rowcount or 0)

@@ -15,7 +15,7 @@ from app.conversations import repository
 from app.conversations.service import ConversationService
 from app.db.schema import audit_log, conversation_messages, feature_flags, stream_slots
 from app.memory.flags import read_flag, write_flag
-from app.operators import audit, usage
+from app.operators import audit, subjects, usage
 from app.operators.limits import Caller, Limits, LimitStore, RateLimited
 from app.operators.usage import TurnUsage
 
@@ -239,3 +239,31 @@ def test_an_expired_lease_frees_its_slot(engine: Engine) -> None:
     fresh = store._admit(caller, limits)  # noqa: SLF001
     store._release(fresh)  # noqa: SLF001
     assert count(engine, stream_slots) == 0
+
+
+def test_a_users_operator_records_export_and_erase_together(engine: Engine) -> None:
+    """The export holds the user's usage days (no subject, no content); erasure deletes their
+    usage and limit rows, leaves other users' alone, and pseudonymizes an erased operator in
+    the audit log by the keyed hash."""
+    store = LimitStore(engine, lease_seconds=60, timeout_seconds=30, clock=lambda: NOW)
+    for user in ("gone", "kept"):
+        store._admit(Caller.user(user), Limits(max_streams=2, turns_per_minute=9))  # noqa: SLF001
+        with engine.begin() as connection:
+            usage.record(connection, TurnUsage(user, 10, 2), DAY)
+            audit.record(connection, user, "flag.set", "memory", None, {"enabled": True})
+    with engine.connect() as connection:
+        exported = subjects.export_for_subject(connection, "gone")
+    assert exported == {
+        "usage": [{"day": DAY.isoformat(), "turns": 1, "prompt_tokens": 10, "completion_tokens": 2}]
+    }
+    with engine.begin() as connection:
+        assert subjects.delete_for_subject(connection, "gone") == 3
+        assert audit.pseudonymize_actor(connection, "gone", b"key") == 1
+    with engine.connect() as connection:
+        assert usage.for_subject(connection, "gone") == []
+        assert [entry.actor for entry in audit.entries(connection, limit=5)] == [
+            "kept",
+            audit.subject_key("gone", b"key"),
+        ]
+    assert store.open_slots(Caller.user("gone")) == 0
+    assert store.open_slots(Caller.user("kept")) == 1
