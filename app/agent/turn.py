@@ -14,7 +14,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-import structlog
 from opentelemetry import trace
 
 from app.agent.agents import Agent
@@ -30,7 +29,6 @@ from app.conversations.repository import MessageStatus
 from app.operators.usage import TurnUsage
 from app.telemetry import capture_content, start_span, turn_context, turn_finished
 
-log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
 
 Emit = Callable[[TurnEvent], None]

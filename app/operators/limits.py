@@ -26,7 +26,7 @@ from typing import Literal
 
 import structlog
 from sqlalchemy import Connection, Engine, and_, case, delete, func, insert, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.concurrency import finish_even_if_cancelled, to_thread
 from app.db.deadline import within
@@ -42,6 +42,7 @@ CallerKind = Literal["user", "eval"]
 LimitName = Literal["streams", "turns_per_minute", "daily_tokens"]
 # A refused stream has no known end: the client is told to try again shortly.
 STREAMS_RETRY_SECONDS = 2
+ADMIT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -148,16 +149,16 @@ class LimitStore:
     # -- in a worker thread ---------------------------------------------------------------------
 
     def _admit(self, caller: Caller, limits: Limits) -> Admission:
-        for attempt in range(2):
+        for attempt in range(ADMIT_ATTEMPTS):
             try:
                 with self.engine.connect() as connection:
                     connection = connection.execution_options(**{SQLITE_IMMEDIATE: True})
                     with connection.begin():
                         return self._check(connection, caller, limits)
-            except IntegrityError:
-                # Two first admissions of one caller inserted its counter row at once; the
-                # loser's retry finds the row.
-                if attempt:
+            except (IntegrityError, OperationalError):
+                # Two first admissions of one caller inserted its counter row at once (the
+                # loser's retry finds the row), or, on MariaDB, their gap locks deadlocked.
+                if attempt == ADMIT_ATTEMPTS - 1:
                     raise
         raise AssertionError("unreachable")
 
