@@ -9,14 +9,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
+from app.api.auth import subject_problem
 from app.api.deps import Operator, RuntimeDep
 from app.api.errors import error_responses
 from app.concurrency import to_thread
 from app.db.schema import SUBJECT_CHARS
+from app.errors import Unprocessable
 from app.operators import audit, usage
 from app.runtime import Runtime
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
+MAX_ENTRY_ID = 2**31 - 1  # the audit log's INTEGER key: larger ids cannot exist
 
 
 class UsageTotals(BaseModel):
@@ -90,6 +93,9 @@ async def usage_of_day(
 ) -> UsageView:
     """The model's reported tokens on one UTC day: the totals and the heaviest users (or one
     user, with `subject`)."""
+    problem = None if subject is None else subject_problem(subject)
+    if problem is not None:  # no token could carry it: no user has it (and NUL breaks PostgreSQL)
+        raise Unprocessable(f"subject {problem}.")
     return await to_thread(_usage, runtime, day, subject, limit)
 
 
@@ -119,7 +125,9 @@ async def audit_log(
     _operator: Operator,
     runtime: RuntimeDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    before: Annotated[int | None, Query(ge=1, description="An entry id: list older ones")] = None,
+    before: Annotated[
+        int | None, Query(ge=1, le=MAX_ENTRY_ID, description="An entry id: list older ones")
+    ] = None,
 ) -> AuditView:
     """Operator actions, newest first (who, when, what, from, to)."""
     return await to_thread(read_audit, runtime, limit, before)
