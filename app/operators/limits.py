@@ -22,16 +22,28 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
-from sqlalchemy import Connection, Engine, and_, case, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    case,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.concurrency import finish_even_if_cancelled, to_thread
 from app.db.deadline import within
 from app.db.engine import SQLITE_IMMEDIATE
-from app.db.schema import limit_counters, stream_slots
+from app.db.schema import limit_counters, stream_slots, usage_daily
 from app.errors import AppError
 from app.operators import usage
 from app.telemetry import metrics
@@ -165,26 +177,24 @@ class LimitStore:
     def _check(self, connection: Connection, caller: Caller, limits: Limits) -> Admission:
         now = self.clock()
         minute = math.floor(now.timestamp() / 60)
-        turns = _count_turn(connection, caller, minute)
+        turns = _count_turn(connection, caller, minute)  # from here on, the caller's lock
         if limits.turns_per_minute and turns > limits.turns_per_minute:
             raise RateLimited(
                 f"Too many turns: at most {limits.turns_per_minute} a minute.",
                 limit="turns_per_minute",
                 retry_after=math.ceil((minute + 1) * 60 - now.timestamp()),
             )
-        if limits.daily_tokens and caller.kind == "user":
-            spent = usage.tokens_on(connection, caller.key, now.date())
-            if spent >= limits.daily_tokens:
-                raise RateLimited(
-                    f"Today's model budget of {limits.daily_tokens:,} tokens is used up. "
-                    "It renews at midnight UTC.",
-                    limit="daily_tokens",
-                    retry_after=math.ceil((_next_midnight(now) - now).total_seconds()),
-                )
+        budget = limits.daily_tokens if caller.kind == "user" else 0
         if not limits.max_streams:
+            if budget and usage.tokens_on(connection, caller.key, now.date()) >= budget:
+                raise _over_budget(budget, now)
             return Admission(caller)
+        # The slot is inserted only if the caller is under both limits: one statement, run
+        # after the lock, so it counts every slot committed before (a round trip saved for
+        # each check it folds in).
         stamp = _naive(now)
-        live = connection.execute(
+        lease_id = str(uuid.uuid4())
+        live = (
             select(func.count())
             .select_from(stream_slots)
             .where(
@@ -192,23 +202,31 @@ class LimitStore:
                 stream_slots.c.caller == caller.key,
                 stream_slots.c.expires_at > stamp,
             )
-        ).scalar_one()
-        if live >= limits.max_streams:
-            raise RateLimited(
-                f"Too many answers at once: at most {limits.max_streams} at a time.",
-                limit="streams",
-                retry_after=STREAMS_RETRY_SECONDS,
-            )
-        lease_id = str(uuid.uuid4())
-        connection.execute(
-            insert(stream_slots).values(
-                lease_id=lease_id,
-                kind=caller.kind,
-                caller=caller.key,
-                expires_at=stamp + timedelta(seconds=self.lease_seconds),
-            )
+            .scalar_subquery()
         )
-        return Admission(caller, lease_id)
+        conditions = [live < limits.max_streams]
+        if budget:
+            conditions.append(func.coalesce(_spent(caller.key, now), 0) < budget)
+        slot = select(
+            literal(lease_id, stream_slots.c.lease_id.type),
+            literal(caller.kind, stream_slots.c.kind.type),
+            literal(caller.key, stream_slots.c.caller.type),
+            literal(stamp + timedelta(seconds=self.lease_seconds), stream_slots.c.expires_at.type),
+        ).where(*conditions)
+        take = insert(stream_slots).from_select(["lease_id", "kind", "caller", "expires_at"], slot)
+        if connection.dialect.insert_returning:  # rowcount is not reliable for INSERT ... SELECT
+            taken = connection.execute(take.returning(stream_slots.c.lease_id)).first() is not None
+        else:
+            taken = connection.execute(take).rowcount == 1
+        if taken:
+            return Admission(caller, lease_id)
+        if budget and usage.tokens_on(connection, caller.key, now.date()) >= budget:
+            raise _over_budget(budget, now)
+        raise RateLimited(
+            f"Too many answers at once: at most {limits.max_streams} at a time.",
+            limit="streams",
+            retry_after=STREAMS_RETRY_SECONDS,
+        )
 
     def _release(self, admission: Admission) -> None:
         caller = admission.caller
@@ -241,6 +259,23 @@ class LimitStore:
                     )
                 ).scalar_one()
             )
+
+
+def _spent(user_id: str, now: datetime) -> Any:
+    """The user's tokens of the day, as a scalar subquery (NULL without a row)."""
+    return (
+        select(usage_daily.c.prompt_tokens + usage_daily.c.completion_tokens)
+        .where(usage_daily.c.user_id == user_id, usage_daily.c.day == now.date())
+        .scalar_subquery()
+    )
+
+
+def _over_budget(budget: int, now: datetime) -> RateLimited:
+    return RateLimited(
+        f"Today's model budget of {budget:,} tokens is used up; it renews at midnight UTC.",
+        limit="daily_tokens",
+        retry_after=math.ceil((_next_midnight(now) - now).total_seconds()),
+    )
 
 
 def _count_turn(connection: Connection, caller: Caller, minute: int) -> int:

@@ -179,15 +179,19 @@ def test_turns_per_minute_are_shared_by_replicas_and_renew_with_the_minute(db_ur
     assert sum(model.calls for model in models) == 6
 
 
-def test_a_spent_daily_budget_refuses_until_midnight(engine: Engine, db_url: str) -> None:
+@pytest.mark.parametrize("streams", [0, 2], ids=["budget-alone", "with-stream-slots"])
+def test_a_spent_daily_budget_refuses_until_midnight(
+    engine: Engine, db_url: str, streams: int
+) -> None:
     """The day's recorded usage reaches the budget: the user's next turn answers 429 with
-    Retry-After until midnight UTC; below the budget (or another day) turns are served."""
+    Retry-After until midnight UTC; below the budget (or another day) turns are served. Alone,
+    or checked together with the stream slot in one statement."""
     user, light = f"budget-{uuid.uuid4().hex[:8]}", f"light-{uuid.uuid4().hex[:8]}"
     with engine.begin() as connection:
         usage.record(connection, usage.TurnUsage(user, 600, 400), date(2026, 12, 3))
         usage.record(connection, usage.TurnUsage(light, 600, 399), date(2026, 12, 3))
     model = ScriptedModel([Text("Fine."), Text("Fine.")])
-    with replicas(db_url, [model], user_daily_tokens=1000) as stores:
+    with replicas(db_url, [model], user_daily_tokens=1000, user_max_streams=streams) as stores:
         pin(stores, PINNED)
         url = stores[0][0]
         refused = httpx.post(f"{url}/v1/chat", json={"message": "hi"}, headers=dev_auth(user))
