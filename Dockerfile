@@ -16,7 +16,8 @@ ENV PATH="/opt/venv/bin:$PATH" \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     LOG_FORMAT=json \
-    WEB_CONCURRENCY=2
+    WEB_CONCURRENCY=2 \
+    PROMETHEUS_MULTIPROC_DIR=/tmp/amem-metrics
 RUN useradd --system --uid 10001 --home-dir /srv --shell /usr/sbin/nologin app
 WORKDIR /srv
 COPY --from=build /opt/venv /opt/venv
@@ -28,4 +29,5 @@ USER app
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
   CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2).status == 200 else 1)"
-CMD ["sh", "-c", "exec uvicorn app.main:app --host 0.0.0.0 --port 8000 --workers ${WEB_CONCURRENCY} --proxy-headers --no-server-header --timeout-graceful-shutdown 10 --http app.http_protocol:BoundedHttpProtocol"]
+# The workers' metrics directory starts empty: an earlier run's values would be summed in.
+CMD ["sh", "-c", "rm -rf \"$PROMETHEUS_MULTIPROC_DIR\" && mkdir -p \"$PROMETHEUS_MULTIPROC_DIR\" && exec uvicorn app.main:app --host 0.0.0.0 --port 8000 --workers ${WEB_CONCURRENCY} --proxy-headers --no-server-header --timeout-graceful-shutdown 10 --http app.http_protocol:BoundedHttpProtocol"]

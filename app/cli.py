@@ -4,8 +4,12 @@ apply the retention settings."""
 from __future__ import annotations
 
 import argparse
+import getpass
+import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -70,6 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         seed_flag(engine, MEMORY_FLAG, settings.memory_enabled, updated_by="serve")
     finally:
         engine.dispose()
+    own_metrics = _share_metrics() if args.workers > 1 else None
     url = f"http://{args.host}:{args.port}"
     print(
         f"Serving agent memory on {url}  (auth: {settings.auth_mode}, "
@@ -79,16 +84,42 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"Get a token:  TOKEN=$({_this_python()} -m app token --sub alice)")
     sys.stdout.flush()
     # Each worker is its own process (its own pool, threads and flag cache) on one socket.
-    uvicorn.run(
-        "app.main:app",
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        workers=args.workers,
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
-        http=PROTOCOL_PATH,  # bounded request heads and bodies (app/http_protocol.py)
-    )
+    try:
+        uvicorn.run(
+            "app.main:app",
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            workers=args.workers,
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+            http=PROTOCOL_PATH,  # bounded request heads and bodies (app/http_protocol.py)
+        )
+    finally:
+        if own_metrics is not None:
+            shutil.rmtree(own_metrics, ignore_errors=True)
     return 0
+
+
+def _share_metrics() -> Path | None:
+    """Workers write their metrics to one directory that any of them exposes summed (the
+    exposition is every worker's, not one's at random). An operator's PROMETHEUS_MULTIPROC_DIR
+    is emptied first (values of an earlier run would be added to this one's); without one, a
+    fresh directory is made, returned for removal when serve ends."""
+    from app.telemetry.metrics import MULTIPROC_ENV, prepare_multiprocess_dir
+
+    given = os.environ.get(MULTIPROC_ENV)
+    directory = Path(given) if given else Path(tempfile.mkdtemp(prefix="amem-metrics-"))
+    prepare_multiprocess_dir(directory)
+    os.environ[MULTIPROC_ENV] = str(directory.resolve())  # the spawned workers inherit it
+    return None if given else directory
+
+
+def _actor() -> str:
+    """Who runs this command, for the audit log: `cli:<os user>`."""
+    try:
+        return f"cli:{getpass.getuser()}"[:128]
+    except (OSError, KeyError):  # no passwd entry (a container's arbitrary uid)
+        return f"cli:uid-{os.getuid()}"
 
 
 def cmd_flags(args: argparse.Namespace) -> int:
@@ -99,7 +130,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
     engine = build_engine(settings.database_url, database_limits(settings))
     try:
         if args.flags_command == "set":
-            state = write_flag(engine, args.name, args.value == "on", updated_by="cli")
+            state = write_flag(engine, args.name, args.value == "on", updated_by=_actor())
             print(f"{state.name}: {'on' if state.enabled else 'off'} (database)")
             return 0
         for name in KNOWN_FLAGS:
@@ -117,6 +148,38 @@ def cmd_flags(args: argparse.Namespace) -> int:
         return 1
     finally:
         engine.dispose()
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from app.db.engine import build_engine, database_limits
+    from app.operators import audit
+
+    settings = load_settings()
+    engine = build_engine(settings.database_url, database_limits(settings))
+    try:
+        with engine.connect() as connection:
+            entries = audit.entries(connection, limit=args.limit, before=args.before)
+    except Exception as error:
+        print(f"error: the audit log cannot be read ({type(error).__name__})", file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
+    for entry in entries:
+        print(
+            json.dumps(
+                {
+                    "id": entry.id,
+                    "created_at": entry.created_at.isoformat().replace("+00:00", "Z"),
+                    "actor": entry.actor,
+                    "action": entry.action,
+                    "target": entry.target,
+                    "before": entry.before,
+                    "after": entry.after,
+                },
+                ensure_ascii=False,
+            )
+        )
+    return 0
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -284,6 +347,16 @@ def build_parser() -> argparse.ArgumentParser:
     flag_set.add_argument("name", choices=["memory"], help="the flag")
     flag_set.add_argument("value", choices=["on", "off"], help="the new value")
     flag_set.set_defaults(handler=cmd_flags)
+
+    audit = commands.add_parser(
+        "audit",
+        help="print the audit log, newest first (one JSON object a line)",
+        description="Print operator actions (flag switches, ...) newest first: id, created_at, "
+        "actor, action, target, before, after.",
+    )
+    audit.add_argument("--limit", type=int, default=50, help="entries to print (default 50)")
+    audit.add_argument("--before", type=int, default=None, help="only entries older than this id")
+    audit.set_defaults(handler=cmd_audit)
 
     token = commands.add_parser(
         "token",

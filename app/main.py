@@ -12,6 +12,7 @@ from starlette.routing import Route
 from app.api import (
     account,
     admin,
+    admin_records,
     chat,
     conversations,
     dev,
@@ -22,6 +23,7 @@ from app.api import (
     memory_history,
     memory_import,
     memory_proposals,
+    metrics,
     openai_compat,
     web,
 )
@@ -32,6 +34,7 @@ from app.mcp.server import McpRoute, mcp_endpoint
 from app.runtime import build_runtime
 from app.settings import Settings, SettingsError, get_settings
 from app.telemetry import configure_logging, configure_tracing, shutdown_tracing, start_export
+from app.telemetry.metrics import MetricsListener, worker_exiting
 from app.telemetry.middleware import TelemetryMiddleware
 
 DEFAULT_MAX_REQUEST_BYTES: int = Settings.model_fields["max_request_bytes"].default
@@ -52,14 +55,21 @@ def create_app(
         configure_logging(resolved)
         start_export()
         app.state.runtime = runtime
+        listener = None
+        if resolved.metrics_port is not None:
+            listener = MetricsListener(resolved.metrics_host, resolved.metrics_port)
+            listener.start()
         try:
             async with mcp_endpoint(runtime) as endpoint:
                 app.state.mcp_endpoint = endpoint
                 yield
         finally:
             app.state.mcp_endpoint = None
+            if listener is not None:
+                listener.stop()
             await runtime.aclose()
             shutdown_tracing()
+            worker_exiting()
 
     app = FastAPI(
         title="Agent memory backend",
@@ -81,10 +91,12 @@ def create_app(
         memory_import,
         admin,
         account,
+        admin_records,
         chat,
         eval,
         conversations,
         openai_compat,
+        metrics,
         web,
     ):
         app.include_router(module.router)

@@ -23,7 +23,10 @@ from app.memory.control import MemoryControl
 from app.memory.flags import FlagStore
 from app.memory.service import MemoryService
 from app.memory.writes import WriteLimits
+from app.operators.limits import Caller, Limits, LimitStore
+from app.operators.usage import UsageStore
 from app.settings import Settings
+from app.telemetry import metrics
 
 
 @dataclass
@@ -38,6 +41,25 @@ class Runtime:
     conversations: ConversationService
     control: MemoryControl
     erasure: ErasureService
+    limits: LimitStore
+    usage: UsageStore
+
+    def user_limits(self) -> Limits:
+        return Limits(
+            max_streams=self.settings.user_max_streams,
+            turns_per_minute=self.settings.user_turns_per_minute,
+            daily_tokens=self.settings.user_daily_tokens,
+        )
+
+    def eval_limits(self) -> Limits:
+        return Limits(
+            max_streams=self.settings.eval_max_streams,
+            turns_per_minute=self.settings.eval_turns_per_minute,
+        )
+
+    def eval_caller(self) -> Caller:
+        key = self.settings.eval_api_key
+        return Caller.evaluator(key.get_secret_value() if key is not None else "")
 
     async def aclose(self) -> None:
         await self.agents.aclose()
@@ -51,6 +73,7 @@ def build_runtime(
     verifier, dev_tokens = build_verifier(settings)
     limits = database_limits(settings)
     engine = build_engine(settings.database_url, limits)
+    metrics.watch_pool(engine)
     size_worker_threads(limits, settings)
     memory = build_memory_service(settings, engine)
     conversations = ConversationService(
@@ -75,6 +98,14 @@ def build_runtime(
         conversations=conversations,
         control=MemoryControl(engine, page_rows=settings.export_page_rows),
         erasure=ErasureService(engine, memory, conversations),
+        limits=LimitStore(
+            engine,
+            # A stream lasts at most its turn's deadline and the cleanup after it; a lease
+            # outliving that belongs to a worker that died.
+            lease_seconds=settings.turn_timeout_seconds + LEASE_MARGIN_SECONDS,
+            timeout_seconds=settings.limit_check_timeout_seconds,
+        ),
+        usage=UsageStore(engine),
     )
 
 
@@ -96,6 +127,9 @@ def erasure_key(settings: Settings) -> bytes:
         telemetry=secret(settings.telemetry_hash_key),
         dev_secret=secret(settings.auth_dev_secret),
     )
+
+
+LEASE_MARGIN_SECONDS = 60.0
 
 
 def write_limits(settings: Settings) -> WriteLimits:

@@ -126,6 +126,18 @@ class Settings(BaseSettings):
     retention_history_days: int = Field(default=0, ge=0, le=36_500)
     retention_batch_size: int = Field(default=100, ge=1, le=10_000)
 
+    # Per-caller limits, 0 = off (docs/operations.md#limits-usage-and-audit)
+    user_max_streams: int = Field(default=4, ge=0, le=1000)
+    user_turns_per_minute: int = Field(default=30, ge=0, le=100_000)
+    user_daily_tokens: int = Field(default=0, ge=0)
+    eval_max_streams: int = Field(default=16, ge=0, le=1000)
+    eval_turns_per_minute: int = Field(default=600, ge=0, le=1_000_000)
+    limit_check_timeout_seconds: float = Field(default=1.0, ge=0.05, le=60)
+
+    # Metrics: GET /metrics, and on its own port when METRICS_PORT is set
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - a scrape target is reached from outside
+
     # Telemetry
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     log_format: Literal["json", "console"] = "json"
@@ -167,6 +179,7 @@ class Settings(BaseSettings):
         "llm_max_tokens",
         "telemetry_hash_key",
         "erasure_hash_key",
+        "metrics_port",
         mode="before",
     )
     @classmethod

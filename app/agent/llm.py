@@ -19,7 +19,7 @@ from app.agent import model_sse
 from app.agent.events import Usage
 from app.offline.transport import offline_transport
 from app.settings import Settings
-from app.telemetry import start_span
+from app.telemetry import metrics, start_span
 
 log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -256,7 +256,15 @@ class ModelClient:
                 if option in options:
                     span.set_attribute(f"gen_ai.request.{option}", options[option])
             started = time.perf_counter()
-            result = await self._stream(model, messages, tools, on_text, options)
+            first: list[float] = []
+
+            def timed_text(piece: str) -> None:
+                if not first:
+                    first.append(time.perf_counter() - started)
+                    metrics.first_token(first[0])
+                on_text(piece)
+
+            result = await self._stream(model, messages, tools, timed_text, options)
             if result.finish_reason:
                 span.set_attribute("gen_ai.response.finish_reasons", [result.finish_reason])
             if result.usage is not None:

@@ -20,6 +20,7 @@ from app.memory.ledger import MemoryLedger
 from app.memory.provenance import SaveMode
 from app.memory.render import MemoryStatus
 from app.memory.rules import Snapshot
+from app.telemetry import memory_read_failed
 
 log = structlog.get_logger(__name__)
 
@@ -129,7 +130,7 @@ async def _load_memory(
         return _DISABLED
     flag = await flags.memory_status(seconds=remaining(deadline))
     if flag == "unavailable":
-        log.warning("memory.read_failed", turn_id=turn_id, error_type="FlagUnavailable")
+        memory_read_failed(turn_id=turn_id, error_type="FlagUnavailable", source="flag")
         return _Memory("unavailable", Snapshot(), None, read=False)
     mode = (
         asyncio.ensure_future(_save_mode(services, user_id, deadline))
@@ -141,7 +142,7 @@ async def _load_memory(
     except Exception as error:
         if mode is not None:
             mode.cancel()
-        log.warning("memory.read_failed", turn_id=turn_id, error_type=type(error).__name__)
+        memory_read_failed(turn_id=turn_id, error_type=type(error).__name__, source="memory")
         status: MemoryStatus = "unavailable" if flag == "enabled" else "disabled"
         return _Memory(status, Snapshot(), None, read=False)
     if mode is None:

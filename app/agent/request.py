@@ -10,6 +10,7 @@ from app.conversations.service import ConversationService
 from app.memory.control import MemoryControl
 from app.memory.flags import FlagStore
 from app.memory.service import MemoryService
+from app.operators.usage import UsageStore
 from app.settings import Settings
 
 HistoryRole = Literal["system", "user", "assistant"]
@@ -45,7 +46,8 @@ class TurnRequest:
 class TurnServices:
     """What the turn may touch. The memory-free route passes settings only: with no memory
     service, flag store or transcript, nothing there can be read or written. `search` is the
-    transcript store the conversation_search tool reads (None: the tool is not offered)."""
+    transcript store the conversation_search tool reads (None: the tool is not offered).
+    `usage` records a turn's tokens when no transcript row carries them (None: not recorded)."""
 
     settings: Settings
     memory: MemoryService | None = None
@@ -55,3 +57,4 @@ class TurnServices:
     # Where the person's save mode is read at turn start, so that the model is told whether
     # its edits are saved or held for approval (None: not read, the mode is unknown).
     control: MemoryControl | None = None
+    usage: UsageStore | None = None

@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator
 from app.agent.events import TurnEvent
 from app.agent.turn import Turn
 from app.concurrency import CLEANUP_SECONDS, wait_shielded
+from app.telemetry import metrics
 
 
 class _Mailbox:
@@ -54,6 +55,7 @@ async def stream_turn_batches(turn: Turn) -> AsyncGenerator[tuple[TurnEvent, ...
             mailbox.put(None)
 
     task = asyncio.create_task(produce(), name=f"turn-{turn.turn_id}")
+    metrics.stream_opened()
     try:
         ended = False
         while not ended:
@@ -71,7 +73,10 @@ async def stream_turn_batches(turn: Turn) -> AsyncGenerator[tuple[TurnEvent, ...
             task.cancel()
         # This generator is closed by a cancelled consumer, and the turn's own cleanup
         # (rollback, transcript row) must still run to its end; run() reports its own failures.
-        await wait_shielded(task, CLEANUP_SECONDS)
+        try:
+            await wait_shielded(task, CLEANUP_SECONDS)
+        finally:
+            metrics.stream_closed()
 
 
 async def stream_turn(turn: Turn) -> AsyncGenerator[TurnEvent, None]:

@@ -14,7 +14,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-import structlog
 from opentelemetry import trace
 
 from app.agent.agents import Agent
@@ -27,9 +26,9 @@ from app.agent.request import TurnRequest, TurnServices
 from app.agent.rounds import Progress, run_rounds
 from app.concurrency import CancelFlag, finish_even_if_cancelled
 from app.conversations.repository import MessageStatus
-from app.telemetry import capture_content, start_span, turn_context
+from app.operators.usage import TurnUsage
+from app.telemetry import capture_content, start_span, turn_context, turn_finished
 
-log = structlog.get_logger(__name__)
 tracer = trace.get_tracer(__name__)
 
 Emit = Callable[[TurnEvent], None]
@@ -80,21 +79,21 @@ class Turn:
                 outcome = settled.finish if settled else "cancelled"
                 if settled is None:
                     self._discard()
-                await self._end_transcript(
-                    progress.answer, "complete" if settled else "interrupted"
-                )
+                await self._end_transcript(progress, "complete" if settled else "interrupted")
                 raise
             finally:
                 capture_content(span, "app.capture.model_output", progress.answer)
                 span.set_attribute("turn.outcome", outcome)
                 span.set_attribute("turn.rounds", progress.rounds)
-                log.info(
-                    "turn.finished",
+                spent = progress.usage
+                turn_finished(
                     turn_id=self.turn_id,
                     agent=self.agent.name,
                     outcome=outcome,
                     rounds=progress.rounds,
-                    duration_ms=round((time.perf_counter() - started) * 1000, 1),
+                    duration_seconds=time.perf_counter() - started,
+                    prompt_tokens=spent.input_tokens if spent else None,
+                    completion_tokens=spent.output_tokens if spent else None,
                 )
 
     async def _attempt(self, progress: Progress, emit: Emit, span: trace.Span) -> ErrorEvent | None:
@@ -134,13 +133,13 @@ class Turn:
             assert failure is not None  # a turn that did not fail always reaches its commit point
             self._discard()
             emit(failure)
-            await self._end_transcript(progress.answer, "failed")
+            await self._end_transcript(progress, "failed")
             return failure.code
         # Settled, possibly in a race with the deadline: the commit's answer stands.
         if not settled.reported:
             settled.reported = True
             emit(settled.event)
-        if not await self._end_transcript(progress.answer, "complete"):
+        if not await self._end_transcript(progress, "complete"):
             # `done` promises that the conversation holds the whole turn (a failover can lose
             # the write): say so instead. The memory event above stands as it was reported.
             emit(ErrorEvent(TRANSCRIPT_FAILED, TRANSCRIPT_FAILED_MESSAGE))
@@ -152,20 +151,37 @@ class Turn:
         if self.context is not None:
             self.context.ledger = None
 
-    async def _end_transcript(self, content: str, status: MessageStatus) -> bool:
-        """The turn's one assistant row. It is written once: a second call (a cancellation
-        arriving while the first write runs) waits for the same write. False when a turn that
-        has a conversation could not store it."""
+    async def _end_transcript(self, progress: Progress, status: MessageStatus) -> bool:
+        """The turn's one assistant row, with the turn's token usage in the same transaction.
+        It is written once: a second call (a cancellation arriving while the first write
+        runs) waits for the same write. False when a turn that has a conversation could not
+        store it."""
         if self._transcript is None:
-            self._transcript = asyncio.ensure_future(self._store_answer(content, status))
+            self._transcript = asyncio.ensure_future(self._store_answer(progress, status))
         return await finish_even_if_cancelled(self._transcript)
 
-    async def _store_answer(self, content: str, status: MessageStatus) -> bool:
+    async def _store_answer(self, progress: Progress, status: MessageStatus) -> bool:
         conversations, ctx = self.services.conversations, self.context
-        if ctx is None or conversations is None or not self.request.store_transcript:
+        if ctx is None:
             return True
-        if ctx.conversation_id is None:  # the start could not store one: `start` said so
-            return True
-        return await conversations.append(
-            ctx.conversation_id, ctx.turn_id, "assistant", content, status
-        )
+        spent = self._spent(progress)
+        if (
+            ctx.conversation_id is not None
+            and conversations is not None
+            and self.request.store_transcript
+        ):
+            return await conversations.append(
+                ctx.conversation_id, ctx.turn_id, "assistant", progress.answer, status, usage=spent
+            )
+        if spent is not None and self.services.usage is not None:
+            # No transcript on this route (or the start could not store one: `start` said so):
+            # usage on its own.
+            await self.services.usage.record(spent)
+        return True
+
+    def _spent(self, progress: Progress) -> TurnUsage | None:
+        """The user's tokens for this turn, when the model reported them."""
+        user_id, usage = self.request.user_id, progress.usage
+        if user_id is None or usage is None or not (usage.input_tokens or usage.output_tokens):
+            return None
+        return TurnUsage(user_id, usage.input_tokens, usage.output_tokens)

@@ -16,10 +16,12 @@ from app.agent.turn import Turn
 from app.api import ui_stream
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import BODY_ERRORS, error_responses
+from app.api.limiting import releasing
 from app.api.sse import event_stream_response
 from app.conversations.service import TurnNotCurrent
 from app.db.deadline import within
 from app.errors import NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
+from app.operators.limits import Caller
 from app.runtime import Runtime
 from app.settings import Settings
 
@@ -158,7 +160,7 @@ ChatPayload = Annotated[
 @router.post(
     "/v1/chat",
     summary="One chat turn, streamed (text/event-stream)",
-    responses={**EVENT_STREAM, **error_responses(*BODY_ERRORS, 401, 404, 503)},
+    responses={**EVENT_STREAM, **error_responses(*BODY_ERRORS, 401, 404, 429, 503)},
 )
 async def chat(
     request: Request, user: CurrentUser, runtime: RuntimeDep, payload: ChatPayload
@@ -169,6 +171,8 @@ async def chat(
     if wanted.conversation_id is not None:
         history = await load_history(runtime, user.subject, wanted.conversation_id, wanted.replaces)
     agent = await runtime.agents.chat()
+    # Last before the stream: a refused turn answers 429 with nothing read or written.
+    admission = await runtime.limits.admit(Caller.user(user.subject), runtime.user_limits())
     turn = Turn(
         agent,
         TurnRequest(
@@ -185,6 +189,7 @@ async def chat(
             conversations=runtime.conversations,
             search=runtime.conversations,
             control=runtime.control,
+            usage=runtime.usage,
         ),
     )
-    return respond(turn, wanted.ai_sdk)
+    return releasing(respond(turn, wanted.ai_sdk), runtime, admission)

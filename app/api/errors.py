@@ -131,6 +131,7 @@ _ERROR_DESCRIPTIONS = {
     409: "The memory feature is off (memory_disabled)",
     413: "The request body or message is too large (payload_too_large)",
     422: "Not JSON (invalid_json), not an object, or against the contract; nothing changed",
+    429: "Over a limit (rate_limited), before anything was streamed; see Retry-After",
     503: "The database is unavailable; retry shortly",
 }
 

@@ -13,6 +13,7 @@ from app.agent.turn import Turn
 from app.api.chat import EVENT_STREAM, ChatPayload, check_message, read_request, respond
 from app.api.deps import RuntimeDep, SettingsDep
 from app.api.errors import BODY_ERRORS, error_responses
+from app.api.limiting import releasing
 from app.errors import AppError, NotFound, Unprocessable
 
 router = APIRouter(tags=["evaluation"])
@@ -40,7 +41,7 @@ async def require_eval_key(
     "/v1/eval/chat",
     summary="One memory-free turn for evaluators, streamed (text/event-stream)",
     dependencies=[Depends(require_eval_key)],
-    responses={**EVENT_STREAM, **error_responses(*BODY_ERRORS, 401, 404)},
+    responses={**EVENT_STREAM, **error_responses(*BODY_ERRORS, 401, 404, 429)},
 )
 async def eval_chat(request: Request, runtime: RuntimeDep, payload: ChatPayload) -> Response:
     wanted = read_request(request, payload)  # `replaces` needs a conversation_id: refused too
@@ -48,10 +49,12 @@ async def eval_chat(request: Request, runtime: RuntimeDep, payload: ChatPayload)
         raise Unprocessable("The evaluation route keeps no conversations: omit conversation_id.")
     check_message(wanted.message, runtime.settings)
     agent = await runtime.agents.eval()
+    # The evaluation route's own limits, counted for its key (there is no user here).
+    admission = await runtime.limits.admit(runtime.eval_caller(), runtime.eval_limits())
     turn = Turn(
         agent,
         TurnRequest(message=wanted.message, user_id=None, store_transcript=False),
         # No memory service, no flags, no transcript: nothing here can read or write them.
         TurnServices(settings=runtime.settings),
     )
-    return respond(turn, wanted.ai_sdk)
+    return releasing(respond(turn, wanted.ai_sdk), runtime, admission)

@@ -176,7 +176,11 @@ async def _export_body(
         proposals = _json([proposal_view(proposal) for proposal in head.proposals])
         # Not actionable any more, but stored until removed: a person takes them too.
         expired = _json([proposal_view(proposal) for proposal in head.expired_proposals])
-        yield f'],"proposals":{proposals},"expired_proposals":{expired},"conversations":['.encode()
+        usage = _json(head.usage)
+        yield (
+            f'],"proposals":{proposals},"expired_proposals":{expired},"usage":{usage},'
+            '"conversations":['
+        ).encode()
         async for conversation in control.export_conversations(user_id):
             described = {
                 "id": conversation.id,

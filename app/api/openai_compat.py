@@ -28,6 +28,7 @@ from app.agent.streaming import stream_turn
 from app.agent.turn import Turn
 from app.api.bodies import json_object
 from app.api.deps import CurrentUser, RuntimeDep, SettingsDep
+from app.api.limiting import releasing
 from app.api.openai_errors import CLIENT_CLOSED, OpenAIRoute
 from app.api.openai_request import WireError, parse_completion_request
 from app.api.openai_schema import (
@@ -44,6 +45,7 @@ from app.api.sse import (
     wait_for_disconnect,
 )
 from app.api.ui_stream import sse_data
+from app.operators.limits import Caller
 
 PREFIX = "/openai/v1"
 OWNER = "agent-memory"
@@ -106,8 +108,10 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
         model_id=settings.llm_model,
         max_message_chars=settings.max_message_chars,
     )
+    agent = await runtime.agents.chat()
+    admission = await runtime.limits.admit(Caller.user(user.subject), runtime.user_limits())
     turn = Turn(
-        await runtime.agents.chat(),
+        agent,
         TurnRequest(
             message=wanted.message,
             user_id=user.subject,
@@ -123,6 +127,7 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
             flags=runtime.flags,
             search=runtime.conversations,  # the same turn: it may search stored transcripts
             control=runtime.control,  # the save mode: the model says "saved" only when it is
+            usage=runtime.usage,  # no transcript row here: the turn's usage is stored alone
         ),
     )
     completion = Completion(
@@ -132,14 +137,17 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
     )
     if wanted.stream:
         encoder = ChunkEncoder(completion, include_usage=wanted.include_usage)
-        return EventStreamResponse(
+        streamed = EventStreamResponse(
             _chunks(stream_turn(turn), encoder),
             ping=PING_SECONDS,
             send_timeout=SEND_TIMEOUT_SECONDS,
             sep="\n",
             headers=STREAM_HEADERS,
         )
-    return AnswerResponse(stream_turn(turn), AnswerCollector(completion))
+        return releasing(streamed, runtime, admission)
+    return releasing(
+        AnswerResponse(stream_turn(turn), AnswerCollector(completion)), runtime, admission
+    )
 
 
 def _data(chunk: dict[str, Any]) -> bytes:

@@ -66,6 +66,7 @@ _ERROR_DESCRIPTIONS = {
     401: "Missing or invalid bearer token (the client's API key)",
     404: "Unknown model (model_not_found)",
     413: "The request body is too large",
+    429: "Over a per-user limit (rate_limited); Retry-After says when to try again",
     500: "The turn failed inside this service; nothing was saved to memory",
     502: "The upstream model failed; nothing was saved to memory",
     503: "The database is unavailable; retry shortly",
@@ -97,7 +98,7 @@ COMPLETION_RESPONSES: dict[int | str, dict[str, Any]] = {
             },
         },
     },
-    **openai_errors(400, 401, 404, 413, 500, 502, 503, 504),
+    **openai_errors(400, 401, 404, 413, 429, 500, 502, 503, 504),
 }
 
 REQUEST_BODY: dict[str, Any] = {

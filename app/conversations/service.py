@@ -19,6 +19,8 @@ from app.conversations.repository import Conversation, MessageStatus, Role, Stor
 from app.conversations.search_text import query_words, snippet
 from app.conversations.titles import title_from_message
 from app.db.engine import SQLITE_IMMEDIATE, one_statement_read
+from app.operators import usage as usage_rows
+from app.operators.usage import TurnUsage
 from app.telemetry.sensitive import register_search
 
 log = structlog.get_logger(__name__)
@@ -252,7 +254,13 @@ class ConversationService:
         the COMMIT, in one simple query (one round trip fewer than a statement of its own);
         the engine's commit then finds the transaction ended and sends nothing. Only a
         transaction whose statements all succeeded gets there."""
-        with self.engine.begin() as connection:
+        # SQLite: the write lock is taken at BEGIN, where a busy database is waited for; a
+        # deferred transaction that has read could only fail on its first write when another
+        # process (a replica, a second worker) wrote meanwhile.
+        with (
+            self.engine.connect().execution_options(**{SQLITE_IMMEDIATE: True}) as connection,
+            connection.begin(),
+        ):
             yield connection
             if connection.dialect.name == "postgresql" and not self.durable:
                 connection.exec_driver_sql("SET LOCAL synchronous_commit TO OFF; COMMIT")
@@ -295,6 +303,7 @@ class ConversationService:
         content: str,
         status: MessageStatus,
         replaces: str | None,
+        spent: TurnUsage | None,
     ) -> None:
         with self._transcript_write() as connection:
             if replaces is not None:
@@ -304,6 +313,8 @@ class ConversationService:
                 if first_row is not None:
                     repository.supersede_from(connection, conversation_id, first_row, turn_id)
             repository.add_message(connection, conversation_id, turn_id, role, content, status)
+            if spent is not None:
+                usage_rows.record(connection, spent)
 
     async def append(
         self,
@@ -314,14 +325,18 @@ class ConversationService:
         status: MessageStatus = "complete",
         *,
         replaces: str | None = None,
+        usage: TurnUsage | None = None,
     ) -> bool:
-        """Store one message; a failure is logged (without content) and the turn goes on.
-        `replaces`: the turn this one replaces (regenerate, edit-and-resend); it and every
-        later turn leave the current transcript, kept as replaced versions."""
+        """Store one message (and the turn's token usage, in the same transaction); a failure
+        is logged (without content) and the turn goes on. `replaces`: the turn this one
+        replaces (regenerate, edit-and-resend); it and every later turn leave the current
+        transcript, kept as replaced versions."""
         if conversation_id is None:
             return False
         try:
-            await to_thread(self._append, conversation_id, turn_id, role, content, status, replaces)
+            await to_thread(
+                self._append, conversation_id, turn_id, role, content, status, replaces, usage
+            )
         except Exception as error:
             log.warning(
                 "conversation.append_failed",

@@ -11,9 +11,11 @@ import hashlib
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
+    Date,
     DateTime,
     ForeignKeyConstraint,
     Index,
@@ -241,3 +243,64 @@ def is_search_object(name: str | None) -> bool:
         name.startswith((SEARCH_FTS_TABLE, SEARCH_INDEX))
         or name in (SEARCH_VECTOR_COLUMN, SEARCH_BUCKET_COLUMN)
     )
+
+
+# -- operators (revision 0011): per-user limits, usage accounting, the audit log ---------------
+# None of these hold memory or message content. Usage rows name their user (deleted with the
+# user's data); audit rows name operators and the flags or users they acted on.
+
+# One row per limited caller: the turns counted in the current minute. Every admission updates
+# it first, so it is also the caller's lock: two replicas admitting the same user take turns.
+limit_counters = Table(
+    f"{PREFIX}limit_counters",
+    metadata,
+    Column("kind", String(8), nullable=False),  # "user" or "eval"
+    Column("caller", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("window_start", BigInteger, nullable=False),  # minutes since the epoch
+    Column("turns", Integer, nullable=False),
+    PrimaryKeyConstraint("kind", "caller", name=f"pk_{PREFIX}limit_counters"),
+    **MYSQL_OPTIONS,
+)
+
+# One row per open stream: a lease that expires on its own, so a crashed worker's slot frees.
+stream_slots = Table(
+    f"{PREFIX}stream_slots",
+    metadata,
+    Column("lease_id", Identifier(ID_CHARS), nullable=False),
+    Column("kind", String(8), nullable=False),
+    Column("caller", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("expires_at", precise_timestamp(), nullable=False),
+    PrimaryKeyConstraint("lease_id", name=f"pk_{PREFIX}stream_slots"),
+    Index(f"ix_{PREFIX}stream_slots_caller", "kind", "caller", "expires_at"),
+    **MYSQL_OPTIONS,
+)
+
+# The model's reported tokens per user and UTC day, added in each turn's transcript transaction.
+usage_daily = Table(
+    f"{PREFIX}usage_daily",
+    metadata,
+    Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("day", Date, nullable=False),
+    Column("turns", Integer, nullable=False),
+    Column("prompt_tokens", BigInteger, nullable=False),
+    Column("completion_tokens", BigInteger, nullable=False),
+    PrimaryKeyConstraint("user_id", "day", name=f"pk_{PREFIX}usage_daily"),
+    Index(f"ix_{PREFIX}usage_daily_day", "day"),
+    **MYSQL_OPTIONS,
+)
+
+# Operator actions, written in the action's own transaction. `target` names what was acted on
+# (a flag, or a keyed hash of an erased subject, never the subject); old and new value are JSON.
+audit_log = Table(
+    f"{PREFIX}audit_log",
+    metadata,
+    Column("seq", Integer, nullable=False, autoincrement=True),
+    Column("created_at", precise_timestamp(), nullable=False),
+    Column("actor", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("old_value", short_text(1000), nullable=True),
+    Column("new_value", short_text(1000), nullable=True),
+    PrimaryKeyConstraint("seq", name=f"pk_{PREFIX}audit_log"),
+    **MYSQL_OPTIONS,
+)

@@ -11,11 +11,14 @@ from typing import Literal
 
 from sqlalchemy import Column, Connection, Table, delete, update
 
-from app.db.schema import feature_flags
+from app.db.schema import audit_log, feature_flags, limit_counters, stream_slots, usage_daily
+from app.erasure.audit import subject_hash
 
 # "delete": the rows are the subject's (usage, limits); "clear": the row is shared and only
-# names the subject in passing (the operator who last set a flag), so the name is set to NULL.
-Action = Literal["delete", "clear"]
+# names the subject in passing (the operator who last set a flag), so the name is set to NULL;
+# "pseudonymize": the row must keep naming someone (who switched a flag, in the audit log), so
+# the subject is replaced by its keyed hash, as in the erasure's own audit row.
+Action = Literal["delete", "clear", "pseudonymize"]
 
 
 @dataclass(frozen=True)
@@ -30,13 +33,14 @@ class SubjectColumn:
     def name(self) -> str:
         return f"{self.table.name}.{self.column}"
 
-    def erase(self, connection: Connection, subject: str) -> int:
+    def erase(self, connection: Connection, subject: str, key: bytes) -> int:
         holder: Column[str] = self.table.c[self.column]
         if self.action == "delete":
             result = connection.execute(delete(self.table).where(holder == subject))
         else:
+            value = None if self.action == "clear" else subject_hash(key, subject)
             result = connection.execute(
-                update(self.table).where(holder == subject).values({self.column: None})
+                update(self.table).where(holder == subject).values({self.column: value})
             )
         return result.rowcount or 0
 
@@ -44,6 +48,12 @@ class SubjectColumn:
 # Erased after memory state and transcripts, one transaction each, in this order.
 SUBJECT_COLUMNS: list[SubjectColumn] = [
     SubjectColumn(feature_flags, "updated_by", "clear"),
+    SubjectColumn(usage_daily, "user_id"),
+    # Limit state: a user's counters and stream slots (an evaluation key's are keyed by a hash).
+    SubjectColumn(limit_counters, "caller"),
+    SubjectColumn(stream_slots, "caller"),
+    SubjectColumn(audit_log, "actor", "pseudonymize"),
+    SubjectColumn(audit_log, "target", "pseudonymize"),
 ]
 
 

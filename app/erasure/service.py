@@ -59,7 +59,7 @@ class ErasureService:
         others: dict[str, int] = {}
         for entry in SUBJECT_COLUMNS:
             with self.engine.begin() as connection:
-                others[entry.name] = entry.erase(connection, subject)
+                others[entry.name] = entry.erase(connection, subject, self.memory.erasure_key)
         with self.engine.begin() as connection:
             audit.mark_completed(connection, digest, audit.now())
         report = ErasureReport(memory_documents, conversations, others, truncate_wal(self.engine))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -23,6 +24,7 @@ from app.memory.provenance import (
     proposal_strings,
 )
 from app.memory.rules import Snapshot
+from app.operators.subjects import export_for_subject
 from app.telemetry.sensitive import register_memory, register_sensitive
 
 # Rows an export reads at once (EXPORT_PAGE_ROWS); its memory is bounded by a page, whatever the
@@ -39,6 +41,8 @@ class ExportHead:
     proposals: list[Proposal]
     # Expired proposals still stored (everything an erasure removes is exported).
     expired_proposals: list[Proposal] = field(default_factory=list)
+    # The person's model usage per day (no content).
+    usage: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _registered_entries(entries: list[HistoryEntry]) -> list[HistoryEntry]:
@@ -100,9 +104,14 @@ class MemoryControl:
             save_mode = proposals.save_mode(connection, user_id)
             pending = proposals.pending(connection, user_id)
             expired = proposals.expired(connection, user_id)
+            usage = export_for_subject(connection, user_id)["usage"]
             connection.rollback()
         return ExportHead(
-            snapshot, save_mode, _registered_proposals(pending), _registered_proposals(expired)
+            snapshot,
+            save_mode,
+            _registered_proposals(pending),
+            _registered_proposals(expired),
+            usage,
         )
 
     async def export_head(self, user_id: str) -> ExportHead:

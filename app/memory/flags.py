@@ -16,6 +16,8 @@ from app.concurrency import to_thread
 from app.db.admission import admitted
 from app.db.deadline import within
 from app.db.schema import feature_flags
+from app.operators import audit
+from app.telemetry.metrics import remember_flag_state
 
 log = structlog.get_logger(__name__)
 
@@ -47,10 +49,17 @@ def read_flag(engine: Engine, name: str, default: bool) -> FlagState:
 
 
 def write_flag(engine: Engine, name: str, enabled: bool, updated_by: str | None) -> FlagState:
-    """Upsert portably: update, and insert when no row was there (retry once on a race)."""
+    """Upsert portably: update, and insert when no row was there (retry once on a race). The
+    switch is audited (who, from, to) in the same transaction: a switch that rolls back leaves
+    no audit row, and a committed one always has its row."""
     for _attempt in range(2):
         try:
             with engine.begin() as connection:
+                previous = connection.execute(
+                    select(feature_flags.c.enabled)
+                    .where(feature_flags.c.name == name)
+                    .with_for_update()
+                ).scalar()
                 result = connection.execute(
                     update(feature_flags)
                     .where(feature_flags.c.name == name)
@@ -64,10 +73,19 @@ def write_flag(engine: Engine, name: str, enabled: bool, updated_by: str | None)
                             name=name, enabled=enabled, updated_by=updated_by
                         )
                     )
+                audit.record(
+                    connection,
+                    updated_by or "unknown",
+                    "flag.set",
+                    name,
+                    None if previous is None else {"enabled": bool(previous)},
+                    {"enabled": enabled},
+                )
             break
         except Exception:
             if _attempt:
                 raise
+    remember_flag_state(name, "enabled" if enabled else "disabled")
     return FlagState(name=name, enabled=enabled, source="database", updated_by=updated_by)
 
 
@@ -85,6 +103,7 @@ def seed_flag(engine: Engine, name: str, enabled: bool, updated_by: str) -> Flag
             connection.execute(
                 insert(feature_flags).values(name=name, enabled=enabled, updated_by=updated_by)
             )
+            audit.record(connection, updated_by, "flag.seed", name, None, {"enabled": enabled})
     except IntegrityError:  # another process stored it first: theirs stands
         return read_flag(engine, name, enabled)
     return FlagState(name=name, enabled=enabled, source="database", updated_by=updated_by)
@@ -159,6 +178,10 @@ class FlagStore:
             log.warning("flags.read_failed", flag=name, error_type=type(error).__name__)
             state = None
         self._remember(name, read_at, state)
+        if name == MEMORY_FLAG:
+            remember_flag_state(
+                name, "unavailable" if state is None else "enabled" if state.enabled else "disabled"
+            )
         return state
 
     async def get(

@@ -8,7 +8,9 @@ from app.telemetry.events import (
     bind_subject,
     count_targets,
     memory_event,
+    memory_read_failed,
     turn_context,
+    turn_finished,
 )
 from app.telemetry.logging import configure_logging
 from app.telemetry.sensitive import (
@@ -42,6 +44,7 @@ __all__ = [
     "configure_tracing",
     "count_targets",
     "memory_event",
+    "memory_read_failed",
     "register_json_strings",
     "register_memory",
     "register_operations",
@@ -54,4 +57,5 @@ __all__ = [
     "subject_hash",
     "telemetry_scope",
     "turn_context",
+    "turn_finished",
 ]

@@ -16,6 +16,7 @@ from opentelemetry import trace
 
 from app.memory.contract import MEMORY_TOOL_NAME
 from app.memory.rules import MemoryUsage
+from app.telemetry import metrics
 from app.telemetry.subjects import subject_hash
 
 log = structlog.get_logger(__name__)
@@ -89,6 +90,8 @@ def memory_event(
     if reason is not None:
         fields["reason"] = reason if _CODE.match(reason) else "other"
     name = MEMORY_TOOL_EVENT if stage == "tool" else MEMORY_COMMIT_EVENT
+    if stage == "commit":
+        metrics.memory_commit(outcome, fields.get("reason"), float(duration_ms) / 1000)
     if outcome == "failed":
         log.warning(name, **fields)
     else:
@@ -110,6 +113,37 @@ def memory_event(
                 **{f"memory.{key}": value for key, value in extra.items()},
             }
         )
+
+
+def turn_finished(
+    *,
+    turn_id: str,
+    agent: str,
+    outcome: str,
+    rounds: int,
+    duration_seconds: float,
+    prompt_tokens: int | None = None,
+    completion_tokens: int | None = None,
+) -> None:
+    """The end of every turn: one log line and the turn metrics (outcome, duration, tokens).
+    `outcome` is the finish reason, `cancelled`, or the error code."""
+    log.info(
+        "turn.finished",
+        turn_id=turn_id,
+        agent=agent,
+        outcome=outcome,
+        rounds=rounds,
+        duration_ms=round(duration_seconds * 1000, 1),
+    )
+    metrics.turn_finished(agent, outcome, duration_seconds)
+    if prompt_tokens is not None and completion_tokens is not None:
+        metrics.model_tokens(prompt_tokens, completion_tokens)
+
+
+def memory_read_failed(*, turn_id: str, error_type: str, source: Literal["flag", "memory"]) -> None:
+    """A turn answers without memory: the flag or memory could not be read (fail-open)."""
+    log.warning("memory.read_failed", turn_id=turn_id, error_type=error_type)
+    metrics.memory_read_failed(source)
 
 
 def bind_subject(subject: str) -> None:

@@ -20,6 +20,7 @@ from opentelemetry import trace
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.telemetry import metrics
 from app.telemetry.sensitive import (
     TelemetryScope,
     register_json_strings,
@@ -101,13 +102,15 @@ class TelemetryMiddleware:
             try:
                 await self.app(scope, inspecting_receive, status_send)
             finally:
+                route = _route_template(scope)
                 log.info(
                     "http.request",
                     method=scope.get("method"),
-                    route=_route_template(scope),
+                    route=route,
                     status=status,
                     duration_ms=round((time.perf_counter() - started) * 1000, 1),
                 )
+                metrics.http_request(scope.get("method"), route, status)
 
 
 def _route_template(scope: Scope) -> str | None:

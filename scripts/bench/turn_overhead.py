@@ -14,6 +14,10 @@ so drift on the machine affects every path alike. Both paths read their body as 
     .venv/bin/python scripts/bench/turn_overhead.py --database postgresql --concurrency 1
     .venv/bin/python scripts/bench/turn_overhead.py --database sqlite --concurrency 32
         [--turns 200] [--blocks 4] [--baseline /path/to/before-checkout] [--workers N]
+        [--compare-limits]
+
+The service checks every per-user limit on each turn without reaching one (`LIMITS_CHECKED`);
+`--compare-limits` serves the same tree with the limits off as `no_limits`, measured alongside.
 """
 
 from __future__ import annotations
@@ -50,6 +54,14 @@ from tests.support.databases import migrated_engine, postgres_database  # noqa: 
 from tests.support.postgres_servers import pgbouncer  # noqa: E402
 
 MESSAGE = "hello there"  # no memory request: the offline model answers with its notice
+# Every per-user limit is checked on each turn (stream slot, minute counter, daily budget) but
+# none is reached: the benchmark sends far more than the default 30 turns a minute per user.
+LIMITS_CHECKED = {
+    "USER_MAX_STREAMS": "4",
+    "USER_TURNS_PER_MINUTE": "100000",
+    "USER_DAILY_TOKENS": "1000000000000",
+}
+LIMITS_OFF = {"USER_MAX_STREAMS": "0", "USER_TURNS_PER_MINUTE": "0", "USER_DAILY_TOKENS": "0"}
 
 
 @dataclass
@@ -267,10 +279,17 @@ def main() -> None:
         help="PostgreSQL only: also serve this checkout through a PgBouncer in transaction "
         "mode (DB_POOLER=transaction), measured alongside as the path 'pgbouncer'",
     )
+    parser.add_argument(
+        "--compare-limits",
+        action="store_true",
+        help="also serve this tree with every per-user limit off (`no_limits`) alongside",
+    )
     parser.add_argument("--out", default=None, help="results name (default from the options)")
     args = parser.parse_args()
     levels = [int(level) for level in args.concurrency.split(",")]
     trees = {"backend": ROOT, **({"baseline": args.baseline} if args.baseline else {})}
+    if args.compare_limits:
+        trees["no_limits"] = ROOT
     figures: dict[str, object] = {
         "setup": f"offline model standalone (delay 0) as the stub; {args.workers} uvicorn "
         f"worker(s) on {args.database}, memory on, LOG_LEVEL=INFO json to a file; "
@@ -292,6 +311,7 @@ def main() -> None:
                     LLM_BASE_URL=stub,
                     LLM_API_KEY="unused",
                     LLM_MODEL=OFFLINE_MODEL_NAME,
+                    **(LIMITS_OFF if name == "no_limits" else LIMITS_CHECKED),
                 )
             )
         if args.pgbouncer:
@@ -310,6 +330,7 @@ def main() -> None:
                     LLM_API_KEY="unused",
                     LLM_MODEL=OFFLINE_MODEL_NAME,
                     DB_POOLER="transaction",
+                    **LIMITS_CHECKED,
                 )
             )
         if args.floor:

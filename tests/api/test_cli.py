@@ -26,6 +26,7 @@ SUBCOMMANDS = [
     ["flags"],
     ["flags", "get"],
     ["flags", "set"],
+    ["audit"],
     ["token"],
     ["users"],
     ["users", "erase"],

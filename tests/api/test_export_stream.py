@@ -61,6 +61,7 @@ def test_pages_at_and_past_the_bound_export_everything_in_order(
         "history",
         "proposals",
         "expired_proposals",
+        "usage",
         "conversations",
     ]
     assert body["subject"] == "alice" and body["settings"] == {"save_mode": "auto"}

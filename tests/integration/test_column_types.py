@@ -36,6 +36,12 @@ ID_COLUMNS = {
     ("amem_memory_proposals", "turn_id"): 36,
     ("amem_memory_proposals", "conversation_id"): 36,
     ("amem_memory_preferences", "user_id"): 128,
+    ("amem_limit_counters", "caller"): 128,
+    ("amem_stream_slots", "lease_id"): 36,
+    ("amem_stream_slots", "caller"): 128,
+    ("amem_usage_daily", "user_id"): 128,
+    ("amem_audit_log", "actor"): 128,
+    ("amem_audit_log", "target"): 128,
 }
 # Ids that may be absent: who set a flag, a change's or proposal's turn, conversation, undo,
 # and the turn that superseded a message.

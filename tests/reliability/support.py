@@ -71,6 +71,12 @@ def service_env(database_url: str, **extra: str) -> dict[str, str]:
             "LOG_LEVEL": "WARNING",
             "LOG_FORMAT": "console",
             "PYTHONUNBUFFERED": "1",
+            # As tests/support/apps.py: per-caller limits off (the limit tests set their own);
+            # these services are driven by load loops, not by people.
+            "USER_MAX_STREAMS": "0",
+            "USER_TURNS_PER_MINUTE": "0",
+            "EVAL_MAX_STREAMS": "0",
+            "EVAL_TURNS_PER_MINUTE": "0",
         }
     )
     env.update(extra)

@@ -35,6 +35,12 @@ def api_settings(database_url: str, **overrides: Any) -> Settings:
         # set their own.
         "flag_read_timeout_seconds": TEST_READ_DEADLINE_SECONDS,
         "memory_read_timeout_seconds": TEST_READ_DEADLINE_SECONDS,
+        # Tests run many turns of one user at once; the limits' tests set their own
+        # (tests/api/test_limits.py), the defaults are checked in tests/unit/test_limits.py.
+        "user_max_streams": 0,
+        "user_turns_per_minute": 0,
+        "eval_max_streams": 0,
+        "eval_turns_per_minute": 0,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

@@ -7,6 +7,7 @@ from sqlalchemy import Engine
 
 from app.conversations.repository import MessageStatus, Role
 from app.conversations.service import ConversationService
+from app.operators.usage import TurnUsage
 from tests.support.gates import Gates
 
 GATE = "transcript"
@@ -26,7 +27,9 @@ class HeldTranscript(ConversationService):
         role: Role,
         content: str,
         status: MessageStatus = "complete",
+        *,
+        usage: TurnUsage | None = None,
     ) -> bool:
         if role == "assistant":
             await self.gates.wait(GATE)
-        return await super().append(conversation_id, turn_id, role, content, status)
+        return await super().append(conversation_id, turn_id, role, content, status, usage=usage)

@@ -5,10 +5,11 @@
 // token) aborts everything it still has in flight, so no late answer can reach the next person.
 
 export class ApiError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, retryAfter = null) {
     super(message);
     this.status = status;
     this.code = code;
+    this.retryAfter = retryAfter; // seconds, from Retry-After (a limit was hit)
   }
 }
 
@@ -34,7 +35,20 @@ export async function errorFrom(response) {
   } catch {
     // Not the API's error body (a proxy's page, an empty body): keep the HTTP status.
   }
-  return new ApiError(response.status, code, message);
+  const retryAfter = Number.parseInt(response.headers.get("retry-after") || "", 10);
+  return new ApiError(response.status, code, message, Number.isFinite(retryAfter) ? retryAfter : null);
+}
+
+// A per-user limit (429 rate_limited) in words a person can act on, or null for other errors.
+export function limitMessage(error) {
+  if (!(error instanceof ApiError) || error.code !== "rate_limited") return null;
+  const seconds = error.retryAfter;
+  const plural = (count, unit) => `${count} ${unit}${count === 1 ? "" : "s"}`;
+  let wait = "in a moment";
+  if (seconds !== null && seconds < 120) wait = `in ${plural(seconds, "second")}`;
+  else if (seconds !== null && seconds < 5400) wait = `in about ${plural(Math.ceil(seconds / 60), "minute")}`;
+  else if (seconds !== null) wait = `in about ${plural(Math.round(seconds / 3600), "hour")}`;
+  return `Limit reached: ${error.message} You can send it again ${wait}.`;
 }
 
 export function describe(error) {

@@ -2,7 +2,7 @@
 // or error) and shows each event on the answer. Stop aborts the request: the server sees the
 // disconnect and commits nothing.
 
-import { describe, isSessionEnd } from "../api.js";
+import { describe, isSessionEnd, limitMessage } from "../api.js";
 import { readEvents } from "../sse.js";
 
 function plural(count, one, many) {
@@ -64,6 +64,7 @@ export class Turn {
     } catch (error) {
       if (isSessionEnd(error)) this.ended = true;
       else if (this.stopped || error.name === "AbortError") this.stopped = true;
+      else if (limitMessage(error)) this.fail(limitMessage(error), limitMessage(error), "warn");
       else this.fail(`The message could not be sent: ${describe(error)}`, `Error: ${describe(error)}`);
     }
     if (this.ended) return;
@@ -76,10 +77,10 @@ export class Turn {
     this.answer.finish(new Date().toISOString());
   }
 
-  fail(text, note = text) {
+  fail(text, note = text, kind = "bad") {
     this.failed = true;
     this.answer.setState("failed");
-    this.answer.note(note, "bad");
+    this.answer.note(note, kind);
     this.onError(text);
   }
 

@@ -1,0 +1,313 @@
+"""Per-caller limits that hold across workers and replicas: open streams, turns per minute and
+a daily model-token budget, kept in the service's own database.
+
+One admission is one short transaction. It first updates the caller's counter row (the turns of
+the current minute), which also makes it the caller's lock: two replicas admitting the same
+user take turns, so the stream count read next cannot be stale. It then checks the day's usage
+against the budget and takes a stream slot: a lease row that expires on its own after the
+longest a turn can stream, so a crashed worker's slots free themselves. Anything over a limit
+rolls the whole transaction back (a refused request uses none of the caller's allowance) and
+answers 429 with Retry-After. Releasing the slot is one DELETE when the stream ends.
+
+A database that does not answer within the bound lets the request through (logged, counted):
+limits protect the service; they must not turn a database hiccup into refused turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import structlog
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    case,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from app.concurrency import finish_even_if_cancelled, to_thread
+from app.db.deadline import within
+from app.db.engine import SQLITE_IMMEDIATE
+from app.db.schema import limit_counters, stream_slots, usage_daily
+from app.errors import AppError
+from app.operators import usage
+from app.telemetry import metrics
+
+log = structlog.get_logger(__name__)
+
+CallerKind = Literal["user", "eval"]
+LimitName = Literal["streams", "turns_per_minute", "daily_tokens"]
+# A refused stream has no known end: the client is told to try again shortly.
+STREAMS_RETRY_SECONDS = 2
+ADMIT_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a limit counts: a user by subject, or the evaluation route by a hash of its key."""
+
+    kind: CallerKind
+    key: str
+
+    @classmethod
+    def user(cls, subject: str) -> Caller:
+        return cls("user", subject)
+
+    @classmethod
+    def evaluator(cls, eval_key: str) -> Caller:
+        return cls("eval", hashlib.sha256(b"eval-key:" + eval_key.encode()).hexdigest())
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Each limit `0` = off."""
+
+    max_streams: int = 0
+    turns_per_minute: int = 0
+    daily_tokens: int = 0
+
+    @property
+    def off(self) -> bool:
+        return not (self.max_streams or self.turns_per_minute or self.daily_tokens)
+
+
+class RateLimited(AppError):
+    status_code = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, limit: LimitName, retry_after: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after = max(1, retry_after)
+        self.headers = {"Retry-After": str(self.retry_after)}
+
+
+@dataclass
+class Admission:
+    """An admitted request; `lease_id` is its stream slot (None: no slot was taken)."""
+
+    caller: Caller
+    lease_id: str | None = None
+    released: bool = False
+
+
+def _naive(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def _next_midnight(now: datetime) -> datetime:
+    return datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+
+
+class LimitStore:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        lease_seconds: float,
+        timeout_seconds: float,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.engine = engine
+        self.lease_seconds = lease_seconds
+        self.timeout_seconds = timeout_seconds
+        self.clock = clock  # tests pin it to a moment
+
+    async def admit(self, caller: Caller, limits: Limits) -> Admission:
+        """Admit a request or raise RateLimited; with every limit off, nothing is read."""
+        if limits.off:
+            return Admission(caller)
+        try:
+            return await within(
+                self.timeout_seconds,
+                lambda: to_thread(self._admit, caller, limits),
+                what="limit check",
+            )
+        except RateLimited as refused:
+            metrics.rate_limited(caller.kind, refused.limit)
+            raise
+        except Exception as error:
+            log.warning("limits.check_failed", caller=caller.kind, error_type=type(error).__name__)
+            metrics.limit_check_failed()
+            return Admission(caller)
+
+    async def release(self, admission: Admission) -> None:
+        """Free the admission's stream slot (once; even while the caller is being cancelled)."""
+        if admission.lease_id is None or admission.released:
+            return
+        admission.released = True
+        try:
+            await finish_even_if_cancelled(
+                asyncio.ensure_future(to_thread(self._release, admission))
+            )
+        except Exception as error:  # the lease expires on its own
+            log.warning("limits.release_failed", error_type=type(error).__name__)
+
+    # -- in a worker thread ---------------------------------------------------------------------
+
+    def _admit(self, caller: Caller, limits: Limits) -> Admission:
+        for attempt in range(ADMIT_ATTEMPTS):
+            try:
+                with self.engine.connect() as connection:
+                    connection = connection.execution_options(**{SQLITE_IMMEDIATE: True})
+                    with connection.begin():
+                        return self._check(connection, caller, limits)
+            except (IntegrityError, OperationalError):
+                # Two first admissions of one caller inserted its counter row at once (the
+                # loser's retry finds the row), or, on MariaDB, their gap locks deadlocked.
+                if attempt == ADMIT_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _check(self, connection: Connection, caller: Caller, limits: Limits) -> Admission:
+        now = self.clock()
+        minute = math.floor(now.timestamp() / 60)
+        turns = _count_turn(connection, caller, minute)  # from here on, the caller's lock
+        if limits.turns_per_minute and turns > limits.turns_per_minute:
+            raise RateLimited(
+                f"Too many turns: at most {limits.turns_per_minute} a minute.",
+                limit="turns_per_minute",
+                retry_after=math.ceil((minute + 1) * 60 - now.timestamp()),
+            )
+        budget = limits.daily_tokens if caller.kind == "user" else 0
+        if not limits.max_streams:
+            if budget and usage.tokens_on(connection, caller.key, now.date()) >= budget:
+                raise _over_budget(budget, now)
+            return Admission(caller)
+        # The slot is inserted only if the caller is under both limits: one statement, run
+        # after the lock, so it counts every slot committed before (a round trip saved for
+        # each check it folds in).
+        stamp = _naive(now)
+        lease_id = str(uuid.uuid4())
+        live = (
+            select(func.count())
+            .select_from(stream_slots)
+            .where(
+                stream_slots.c.kind == caller.kind,
+                stream_slots.c.caller == caller.key,
+                stream_slots.c.expires_at > stamp,
+            )
+            .scalar_subquery()
+        )
+        conditions = [live < limits.max_streams]
+        if budget:
+            conditions.append(func.coalesce(_spent(caller.key, now), 0) < budget)
+        slot = select(
+            literal(lease_id, stream_slots.c.lease_id.type),
+            literal(caller.kind, stream_slots.c.kind.type),
+            literal(caller.key, stream_slots.c.caller.type),
+            literal(stamp + timedelta(seconds=self.lease_seconds), stream_slots.c.expires_at.type),
+        ).where(*conditions)
+        take = insert(stream_slots).from_select(["lease_id", "kind", "caller", "expires_at"], slot)
+        if connection.dialect.insert_returning:  # rowcount is not reliable for INSERT ... SELECT
+            taken = connection.execute(take.returning(stream_slots.c.lease_id)).first() is not None
+        else:
+            taken = connection.execute(take).rowcount == 1
+        if taken:
+            return Admission(caller, lease_id)
+        if budget and usage.tokens_on(connection, caller.key, now.date()) >= budget:
+            raise _over_budget(budget, now)
+        raise RateLimited(
+            f"Too many answers at once: at most {limits.max_streams} at a time.",
+            limit="streams",
+            retry_after=STREAMS_RETRY_SECONDS,
+        )
+
+    def _release(self, admission: Admission) -> None:
+        caller = admission.caller
+        with self.engine.begin() as connection:
+            # The caller's expired leases (a crashed worker's) go with it.
+            connection.execute(
+                delete(stream_slots).where(
+                    or_(
+                        stream_slots.c.lease_id == admission.lease_id,
+                        and_(
+                            stream_slots.c.kind == caller.kind,
+                            stream_slots.c.caller == caller.key,
+                            stream_slots.c.expires_at <= _naive(self.clock()),
+                        ),
+                    )
+                )
+            )
+
+    def open_slots(self, caller: Caller) -> int:
+        """Unexpired stream slots of one caller (for tests and operators)."""
+        with self.engine.connect() as connection:
+            return int(
+                connection.execute(
+                    select(func.count())
+                    .select_from(stream_slots)
+                    .where(
+                        stream_slots.c.kind == caller.kind,
+                        stream_slots.c.caller == caller.key,
+                        stream_slots.c.expires_at > _naive(self.clock()),
+                    )
+                ).scalar_one()
+            )
+
+
+def _spent(user_id: str, now: datetime) -> Any:
+    """The user's tokens of the day, as a scalar subquery (NULL without a row)."""
+    return (
+        select(usage_daily.c.prompt_tokens + usage_daily.c.completion_tokens)
+        .where(usage_daily.c.user_id == user_id, usage_daily.c.day == now.date())
+        .scalar_subquery()
+    )
+
+
+def _over_budget(budget: int, now: datetime) -> RateLimited:
+    return RateLimited(
+        f"Today's model budget of {budget:,} tokens is used up; it renews at midnight UTC.",
+        limit="daily_tokens",
+        retry_after=math.ceil((_next_midnight(now) - now).total_seconds()),
+    )
+
+
+def _count_turn(connection: Connection, caller: Caller, minute: int) -> int:
+    """Count one turn in the caller's current minute (locking the caller's row); returns the
+    minute's turns, this one included."""
+    turns_now = update(limit_counters).where(
+        limit_counters.c.kind == caller.kind, limit_counters.c.caller == caller.key
+    )
+    # A new minute starts again at one; the same minute adds one. Ordered: MariaDB assigns
+    # left to right, and `turns` must compare the window before it moves.
+    turns_now = turns_now.ordered_values(
+        (
+            limit_counters.c.turns,
+            case((limit_counters.c.window_start == minute, limit_counters.c.turns + 1), else_=1),
+        ),
+        (limit_counters.c.window_start, minute),
+    )
+    if connection.dialect.update_returning:
+        counted = connection.execute(turns_now.returning(limit_counters.c.turns)).scalar()
+        if counted is not None:
+            return int(counted)
+    elif connection.execute(turns_now).rowcount:
+        return int(
+            connection.execute(
+                select(limit_counters.c.turns).where(
+                    limit_counters.c.kind == caller.kind, limit_counters.c.caller == caller.key
+                )
+            ).scalar_one()
+        )
+    connection.execute(
+        insert(limit_counters).values(
+            kind=caller.kind, caller=caller.key, window_start=minute, turns=1
+        )
+    )
+    return 1
