@@ -225,6 +225,21 @@ def messages(
     return [StoredMessage(*row) for row in rows]
 
 
+_STORED = select(conversation_messages.c.id).where(
+    conversation_messages.c.conversation_id == bindparam("conversation_id"),
+    conversation_messages.c.turn_id == bindparam("turn_id"),
+    conversation_messages.c.role == bindparam("role"),
+)
+
+
+def has_message(connection: Connection, conversation_id: str, turn_id: str, role: str) -> bool:
+    """Whether the turn's message of `role` is stored (a retried write checks it first)."""
+    found = connection.execute(
+        _STORED, {"conversation_id": conversation_id, "turn_id": turn_id, "role": role}
+    ).first()
+    return found is not None
+
+
 def first_current_row(connection: Connection, conversation_id: str, turn_id: str) -> int | None:
     """The first row of `turn_id` in the conversation's current transcript (None: the turn is
     not there: unknown, or already replaced)."""

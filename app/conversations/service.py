@@ -12,6 +12,7 @@ from datetime import datetime
 
 import structlog
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from app.concurrency import to_thread
 from app.conversations import repository, search
@@ -304,8 +305,11 @@ class ConversationService:
         status: MessageStatus,
         replaces: str | None,
         spent: TurnUsage | None,
+        retried: bool = False,
     ) -> None:
         with self._transcript_write() as connection:
+            if retried and repository.has_message(connection, conversation_id, turn_id, role):
+                return  # the lost connection had committed it after all
             if replaces is not None:
                 # In the same transaction as the new message: the transcript never shows both
                 # versions as current, nor neither.
@@ -333,10 +337,16 @@ class ConversationService:
         transcript, kept as replaced versions."""
         if conversation_id is None:
             return False
+        arguments = (conversation_id, turn_id, role, content, status, replaces, usage)
         try:
-            await to_thread(
-                self._append, conversation_id, turn_id, role, content, status, replaces, usage
-            )
+            try:
+                await to_thread(self._append, *arguments)
+            except DBAPIError as error:
+                if not error.connection_invalidated:
+                    raise
+                # A connection lost mid-write (a killed backend, a failover): once more on a
+                # new one, which finds the message if the lost one had committed it.
+                await to_thread(self._append, *arguments, True)
         except Exception as error:
             log.warning(
                 "conversation.append_failed",

@@ -229,6 +229,12 @@ class TurnOutcome:
     def answered(self) -> bool:
         return self.status == 200 and self.finish is not None
 
+    @property
+    def answered_or_declared(self) -> bool:
+        """Answered with `done`, or the answer was streamed and the turn then said it could not
+        store it (`transcript_unavailable`): both are clean ends while the database fails."""
+        return self.answered or (self.status == 200 and self.error == "transcript_unavailable")
+
 
 async def run_turn(
     client: httpx.AsyncClient, url: str, headers: Mapping[str, str], message: str

@@ -159,8 +159,9 @@ def test_killed_connections_fail_turns_cleanly_and_commit_no_partial_batch(
 
     seen: Counter[str] = Counter()
     for key, (user, outcome) in turns.items():
-        assert outcome.answered, (key, outcome)
-        assert outcome.error is None, (key, outcome)
+        # The answer was streamed; when even its retried write was killed, the turn says so
+        # (`transcript_unavailable`) instead of `done`: a clean, declared failure.
+        assert outcome.answered_or_declared, (key, outcome)
         assert outcome.memory in ("committed", "failed", "none"), (key, outcome)
         assert pair_stored(service.engine, user, key) == outcome.committed, (key, outcome)
         seen[f"turn:{outcome.memory_status}:{outcome.memory}"] += 1
@@ -232,7 +233,7 @@ def test_a_database_that_refuses_connections_mid_run_degrades_turns_and_heals(
 
     seen: Counter[str] = Counter()
     for key, (user, outcome) in outcomes.items():
-        assert outcome.answered and outcome.error is None, (key, outcome)
+        assert outcome.answered_or_declared, (key, outcome)
         if outcome.memory_status == "unavailable":
             # Fail open for the answer, closed for writes: the tool said so, nothing committed.
             assert outcome.tool == "unavailable" and outcome.memory == "none", (key, outcome)
