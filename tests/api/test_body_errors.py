@@ -32,6 +32,8 @@ BODY_ROUTES: dict[tuple[str, str], dict[str, str]] = {
     ("PUT", "/v1/memory/settings"): OPERATOR,
     ("PATCH", "/v1/conversations/{conversation_id}"): OPERATOR,
     ("POST", "/openai/v1/chat/completions"): OPERATOR,
+    ("POST", "/v1/memory/import"): OPERATOR,
+    ("DELETE", "/v1/account"): OPERATOR,
 }
 PATH_VALUES = {"name": "memory", "conversation_id": "00000000-0000-4000-8000-000000000000"}
 
