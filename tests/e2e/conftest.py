@@ -61,6 +61,10 @@ def e2e_settings(database_url: str, **overrides: Any) -> Settings:
         "offline_model_delay_ms": DELAY_MS,
         "llm_base_url": None,
         "log_format": "console",
+        # A scripted browser sends turns faster than a person: per-user limits are off here, as
+        # in the API tests (tests/e2e/test_web_limits.py turns one on).
+        "user_max_streams": 0,
+        "user_turns_per_minute": 0,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
