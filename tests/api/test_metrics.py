@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import httpx
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Engine
 
 from app.main import create_app
 from tests.support.apps import api_settings, closed_port_url
@@ -56,11 +57,13 @@ def server(db_url: str, model: ScriptedModel | None = None, **settings: object) 
         yield url
 
 
-def test_metrics_move_as_turns_complete_fail_and_are_cut(db_url: str) -> None:
+def test_metrics_move_as_turns_complete_fail_and_are_cut(engine: Engine, db_url: str) -> None:
     """Four turns: one that commits a memory edit, one plain, one whose model fails and one
     whose client leaves mid-answer. Turn outcomes, the error code, the commit outcomes and
     duration, time to first token, turn durations, tokens and HTTP statuses each move by
-    exactly what happened; the open-streams gauge counts the held stream and returns."""
+    exactly what happened; the open-streams gauge counts the held stream and returns. (The
+    `engine` fixture empties the database first: a flag an earlier test left off would turn
+    memory off here.)"""
     gates = Gates()
     model = ScriptedModel(
         [
@@ -156,7 +159,7 @@ def traffic(url: str, users: list[str]) -> list[str]:
 
 
 def test_no_label_carries_a_subject_an_id_or_content_and_series_do_not_grow_with_users(
-    db_url: str,
+    engine: Engine, db_url: str
 ) -> None:
     """Users whose subjects, messages, memory, URLs and queries carry a sentinel: the
     exposition never contains it nor any conversation id; serving three times as many users
@@ -177,7 +180,7 @@ def test_no_label_carries_a_subject_an_id_or_content_and_series_do_not_grow_with
     assert UUID.search(text) is None
 
 
-def test_metrics_are_served_on_their_own_port(db_url: str) -> None:
+def test_metrics_are_served_on_their_own_port(engine: Engine, db_url: str) -> None:
     """With METRICS_PORT, the same exposition is served on that port by its own listener
     (which stops with the app), so it need not be public."""
     port = free_port()
