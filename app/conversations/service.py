@@ -105,6 +105,7 @@ class ConversationService:
         if not is_conversation_id(conversation_id):
             return None
         with self.engine.connect() as connection:
+            one_statement_read(connection)  # stands between the request and its first text
             if repository.get(connection, user_id, conversation_id) is None:
                 return None
             before_id = None

@@ -5,16 +5,19 @@ checkouts per turn, counted rather than timed (other load on the machine does no
         [--turns 20] [--pooler transaction] [--out NAME]
 
 The service runs in process (its lifespan included) against a private, migrated database, with
-the benchmark's settings (`turn_overhead.py`: every per-user limit checked, memory on, the flag
-cached for its default few seconds) and the zero-delay stub model as a configured endpoint.
+the benchmark's settings (`turn_overhead.py`: every per-user limit checked, memory on)
+and the zero-delay stub model as a configured endpoint. The flag is cached for a minute, so that
+its read every few seconds (FLAG_CACHE_SECONDS) stays out of the per-turn counts.
 Four kinds of turn are counted, each over `--turns` turns after a warm-up: a new conversation
 (`turn_overhead.py`'s turn), a turn continuing a conversation, a turn that saves a memory
 entry, and a new conversation with memory switched off by its flag.
 
 Round trips (PostgreSQL) come from libpq's protocol trace of every connection: each simple
 `Query` or extended-protocol `Sync` the client sends waits for the server once (the checkout's
-liveness ping included). Statements come from SQLAlchemy's cursor events, transactions from its
-commit and rollback events, checkouts from the pool's. Copied into another checkout, it counts
+liveness ping included), and transactions are its BEGINs (a statement in autocommit is none).
+Statements are SQLAlchemy's cursor events (the ping, BEGIN and COMMIT are not statements
+there); on SQLite transactions are SQLAlchemy's commit and rollback events. Checkouts are the
+pool's. Copied into another checkout, it counts
 that checkout's turn (it imports the `app` next to it).
 """
 
@@ -44,7 +47,14 @@ from scripts.bench._common import write_results  # noqa: E402
 from scripts.bench._processes import BENCH_SECRET, dev_token, offline_model  # noqa: E402
 from tests.support.databases import postgres_database  # noqa: E402
 
-LIMITS_CHECKED = {"user_max_streams": 4, "user_turns_per_minute": 100_000}
+LIMITS_CHECKED = {
+    "user_max_streams": 4,
+    "user_turns_per_minute": 100_000,
+    "user_daily_tokens": 10**12,
+}
+# psycopg prepares a statement on its fifth run on a connection (one more round trip), and the
+# pool hands its connections out in turn: counted after this many turns, none is left to prepare.
+WARM_UP = 30
 KINDS = ("new conversation", "continued conversation", "memory saved", "memory off")
 
 
@@ -58,25 +68,29 @@ class Counts:
         self.traces: list[tuple[Any, Path]] = []
         self.log: list[str] = []  # the statements in order, for the last turn printed
 
-    def round_trips(self) -> int:
-        """Client messages that wait for the server, over every traced connection so far."""
-        waits = 0
+    def traced(self) -> tuple[int, int]:
+        """Over every traced connection so far: client messages that wait for the server, and
+        the BEGINs among them (PostgreSQL's transactions; a statement in autocommit has none)."""
+        waits = begins = 0
         for _connection, path in self.traces:
             with path.open() as lines:
                 for line in lines:
                     fields = line.rstrip("\n").split("\t")
                     if "F" in fields:
-                        kind = fields[fields.index("F") + 2].split(" ")[0]
+                        kind, *body = fields[fields.index("F") + 2 :]
                         waits += kind in ("Query", "Sync")
-        return waits
+                        begins += kind == "Query" and body[0].strip().startswith('"BEGIN')
+        return waits, begins
 
     def snapshot(self) -> dict[str, int]:
-        return {
-            "round_trips": self.round_trips(),
+        waits, begins = self.traced()
+        figures = {
+            "round_trips": waits,
             "statements": sum(self.statements.values()),
-            "transactions": self.transactions,
+            "transactions": begins if self.traces else self.transactions,
             "checkouts": self.checkouts,
         }
+        return figures
 
 
 def listen(counts: Counts, scratch: Path) -> None:
@@ -117,6 +131,7 @@ def settings(url: str, model: str, pooler: str) -> Settings:
         "llm_base_url": model,
         "llm_api_key": "unused",
         "log_level": "WARNING",
+        "flag_cache_seconds": 60,  # the flag read every few seconds left out: per turn only
         **LIMITS_CHECKED,
     }
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
@@ -154,7 +169,7 @@ def count(client: TestClient, counts: Counts, kind: str, turns: int) -> dict[str
         else:
             turn(client, token, "hello there")
 
-    for _ in range(3):  # warm-up: statements prepared, the pool filled
+    for _ in range(WARM_UP):  # every statement prepared on every pooled connection
         one()
     before = counts.snapshot()
     for _ in range(turns - 1):
@@ -183,6 +198,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--pooler", choices=("none", "transaction"), default="none")
     parser.add_argument("--out", default=None, help="results file name (default: none written)")
+    parser.add_argument("--keep-trace", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     figures: dict[str, Any] = {"database": args.database, "pooler": args.pooler}
     with tempfile.TemporaryDirectory() as directory:
@@ -198,8 +214,11 @@ def main() -> None:
                     if kind == "memory off":
                         flag(client, False)  # the process's cached flag changes with it
                     figures[kind] = count(client, counts, kind, args.turns)
-            for handle, _path in counts.traces:
+            for handle, path in counts.traces:
                 handle.close()
+                if args.keep_trace is not None:
+                    args.keep_trace.mkdir(parents=True, exist_ok=True)
+                    (args.keep_trace / path.name).write_text(path.read_text())
     print(f"\nper turn ({args.database}, pooler {args.pooler}, root {Path.cwd()}):")
     for kind in KINDS:
         row = figures[kind]
