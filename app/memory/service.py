@@ -18,7 +18,7 @@ from app.db.engine import one_statement_read
 from app.db.locking import is_retryable, is_timeout, is_unique_violation
 from app.db.writers import WriterLockTimeoutError
 from app.erasure import audit
-from app.memory import repository, writes
+from app.memory import proposals, repository, writes
 from app.memory.provenance import Proposer, Provenance, SaveMode
 from app.memory.repository import CancelCheck
 from app.memory.rules import Operation, Snapshot, Target
@@ -112,7 +112,7 @@ class MemoryService:
         except Exception as error:
             raise MemoryUnavailableError(type(error).__name__) from error
         register_memory(snapshot)
-        return snapshot, "ask" if mode == "ask" else "auto"
+        return snapshot, proposals.mode_of(mode)
 
     async def read_with_save_mode_async(
         self, user_id: str, *, seconds: float
