@@ -132,39 +132,25 @@ async def _load_memory(
     if flag == "unavailable":
         memory_read_failed(turn_id=turn_id, error_type="FlagUnavailable", source="flag")
         return _Memory("unavailable", Snapshot(), None, read=False)
-    mode = (
-        asyncio.ensure_future(_save_mode(services, user_id, deadline))
-        if flag == "enabled"
-        else None
-    )
+    mode: SaveMode | None = None
     try:
-        snapshot = await memory.read_async(user_id, seconds=remaining(deadline))
+        if flag == "enabled" and services.control is not None:
+            # The save mode words the turn (its edits saved, or held for approval); it is read
+            # in the memory read's statement. The commit point reads it again in its own
+            # transaction: this read only words the turn.
+            snapshot, mode = await memory.read_with_save_mode_async(
+                user_id, seconds=remaining(deadline)
+            )
+        else:
+            snapshot = await memory.read_async(user_id, seconds=remaining(deadline))
     except Exception as error:
-        if mode is not None:
-            mode.cancel()
         memory_read_failed(turn_id=turn_id, error_type=type(error).__name__, source="memory")
         status: MemoryStatus = "unavailable" if flag == "enabled" else "disabled"
         return _Memory(status, Snapshot(), None, read=False)
-    if mode is None:
+    if flag != "enabled":
         # Read only for the counts the memory event reports: never shown to the model.
         return _Memory("disabled", snapshot, None)
-    return _Memory("available", snapshot, MemoryLedger(snapshot), save_mode=await mode)
-
-
-async def _save_mode(services: TurnServices, user_id: str, deadline: float) -> SaveMode | None:
-    """The person's save mode, read beside memory so that the model can be told whether its
-    edits are saved or wait for approval; None (unknown) when it cannot be read in time. The
-    commit point reads the mode again in its own transaction: this read only words the turn."""
-    control = services.control
-    if control is None:
-        return None
-    try:
-        return await within(
-            remaining(deadline), lambda: control.save_mode(user_id), what="save mode read"
-        )
-    except Exception as error:
-        log.warning("memory.save_mode_read_failed", error_type=type(error).__name__)
-        return None
+    return _Memory("available", snapshot, MemoryLedger(snapshot), save_mode=mode)
 
 
 async def _store_message(

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from sqlalchemy import (
     Connection,
+    Executable,
     Integer,
     Select,
     bindparam,
@@ -21,6 +22,8 @@ from sqlalchemy import (
 )
 
 from app.db.schema import conversation_messages, conversations
+from app.operators import usage as usage_rows
+from app.operators.usage import TurnUsage
 
 Role = Literal["user", "assistant"]
 MessageStatus = Literal["complete", "interrupted", "failed"]
@@ -173,6 +176,64 @@ def add_message(
     )
     if touch:
         connection.execute(_TOUCH, {"touched_id": conversation_id, "touched_at": stamp})
+
+
+# On PostgreSQL appending a message is one statement: the message's INSERT, the conversation's
+# `updated_at` UPDATE and the turn's usage (an answer's) each a data-modifying statement of a
+# WITH, in one snapshot and one transaction. One round trip instead of one per statement; the
+# rows and the commit are the same. (SQLite and MariaDB have no data-modifying WITH: their
+# statements stay apart. A new conversation's first message cannot join its conversation's
+# INSERT so: PostgreSQL's search trigger reads the conversation's owner, which a statement of
+# the same WITH does not see.)
+_MESSAGE_ID = bindparam("conversation_id", type_=conversation_messages.c.conversation_id.type)
+_STAMP = bindparam("stamp", type_=conversation_messages.c.created_at.type)
+_MESSAGE = insert(conversation_messages).values(
+    conversation_id=_MESSAGE_ID,
+    turn_id=bindparam("turn_id", type_=conversation_messages.c.turn_id.type),
+    role=bindparam("role", type_=conversation_messages.c.role.type),
+    content=bindparam("content", type_=conversation_messages.c.content.type),
+    status=bindparam("status", type_=conversation_messages.c.status.type),
+    created_at=_STAMP,
+)
+
+
+@cache
+def _postgres_append(with_usage: bool) -> Executable:
+    touched = (
+        update(conversations).where(conversations.c.id == _MESSAGE_ID).values(updated_at=_STAMP)
+    )
+    if not with_usage:
+        return touched.add_cte(_MESSAGE.cte("added"))
+    return usage_rows.postgres_record().add_cte(_MESSAGE.cte("added"), touched.cte("touched"))
+
+
+def append_message(
+    connection: Connection,
+    conversation_id: str,
+    turn_id: str,
+    role: Role,
+    content: str,
+    status: MessageStatus,
+    spent: TurnUsage | None = None,
+) -> None:
+    """One message at the end of the conversation, which it touches (`updated_at`), and the
+    turn's token usage when `spent` is given."""
+    if connection.dialect.name != "postgresql":
+        add_message(connection, conversation_id, turn_id, role, content, status)
+        if spent is not None:
+            usage_rows.record(connection, spent)
+        return
+    values: dict[str, Any] = {
+        "conversation_id": conversation_id,
+        "turn_id": turn_id,
+        "role": role,
+        "content": content,
+        "status": status,
+        "stamp": now(),
+    }
+    if spent is not None:
+        values.update(usage_rows.record_values(spent))
+    connection.execute(_postgres_append(spent is not None), values)
 
 
 _IN_CONVERSATION = conversation_messages.c.conversation_id == bindparam(

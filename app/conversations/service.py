@@ -20,7 +20,6 @@ from app.conversations.repository import Conversation, MessageStatus, Role, Stor
 from app.conversations.search_text import query_words, snippet
 from app.conversations.titles import title_from_message
 from app.db.engine import SQLITE_IMMEDIATE, one_statement_read
-from app.operators import usage as usage_rows
 from app.operators.usage import TurnUsage
 from app.telemetry.sensitive import register_search
 
@@ -106,6 +105,7 @@ class ConversationService:
         if not is_conversation_id(conversation_id):
             return None
         with self.engine.connect() as connection:
+            one_statement_read(connection)  # stands between the request and its first text
             if repository.get(connection, user_id, conversation_id) is None:
                 return None
             before_id = None
@@ -316,9 +316,9 @@ class ConversationService:
                 first_row = repository.first_current_row(connection, conversation_id, replaces)
                 if first_row is not None:
                     repository.supersede_from(connection, conversation_id, first_row, turn_id)
-            repository.add_message(connection, conversation_id, turn_id, role, content, status)
-            if spent is not None:
-                usage_rows.record(connection, spent)
+            repository.append_message(
+                connection, conversation_id, turn_id, role, content, status, spent
+            )
 
     async def append(
         self,

@@ -38,13 +38,25 @@ def one_statement_read(connection: Connection) -> None:
     """A read that is one SELECT, run in autocommit on PostgreSQL: the statement's own snapshot
     (as a transaction of one statement in READ COMMITTED) without psycopg's BEGIN and ROLLBACK,
     two round trips. Only there: psycopg switches autocommit without a round trip, pymysql
-    sends one each way. The pool gives the next holder a transactional connection again.
+    sends one each way. The pool gives the next holder a transactional connection again. A
+    read of several SELECTs may use it too: each statement then has its own snapshot, as each
+    statement of a READ COMMITTED transaction has.
 
     Not behind a transaction pooler: there the statement and lock bounds are set per
     transaction (`SET LOCAL`), and a statement outside any transaction would run unbounded."""
     pooled = connection.get_execution_options().get(POOLER, "none") == "transaction"
     if connection.dialect.name == "postgresql" and not pooled:
         connection.execution_options(isolation_level="AUTOCOMMIT")
+
+
+def one_statement_write(connection: Connection) -> None:
+    """A write that is one statement and that no caller's deadline fences (a stream slot's
+    release), run in autocommit on PostgreSQL: the statement commits itself, without BEGIN and
+    COMMIT. Not for fenced work (app/db/guard.py): a statement already running when its caller
+    gives up would still commit, where a transaction's COMMIT is never sent after that. Behind
+    a transaction pooler it stays a transaction, as `one_statement_read` says why; the caller
+    commits either way (a no-op in autocommit)."""
+    one_statement_read(connection)
 
 
 @dataclass(frozen=True)

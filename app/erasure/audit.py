@@ -13,7 +13,7 @@ import hmac
 import secrets
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection, bindparam, func, insert, select, update
+from sqlalchemy import Connection, ScalarSelect, bindparam, func, insert, select, update
 
 from app.db.schema import erasures
 
@@ -80,6 +80,12 @@ def mark_completed(connection: Connection, digest: str, stamp: datetime) -> None
 def erased_since(connection: Connection, digest: str, since: datetime) -> bool:
     """Whether the subject was erased at or after `since` (a turn that began before it)."""
     return bool(connection.execute(_SINCE, {"subject_hash": digest, "since": since}).scalar())
+
+
+def erased_since_column() -> ScalarSelect[int]:
+    """`erased_since` as a column of another statement (bound `subject_hash` and `since`), for a
+    commit that reads it together with other values (app/memory/writes.py)."""
+    return _SINCE.scalar_subquery()
 
 
 def unfinished(connection: Connection) -> int:

@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from app.concurrency import to_thread
 from app.db.admission import admitted
 from app.db.deadline import within
+from app.db.engine import one_statement_read
 from app.db.schema import feature_flags
 from app.operators import audit
 from app.telemetry.metrics import remember_flag_state
@@ -36,6 +37,7 @@ class FlagState:
 def read_flag(engine: Engine, name: str, default: bool) -> FlagState:
     """The stored flag, or `default` (source "default") when no operator has set it yet."""
     with engine.connect() as connection:
+        one_statement_read(connection)
         row = connection.execute(
             select(feature_flags.c.enabled, feature_flags.c.updated_by).where(
                 feature_flags.c.name == name

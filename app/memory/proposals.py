@@ -9,7 +9,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, ScalarSelect, bindparam, delete, insert, select, update
 
 from app.db.schema import memory_preferences, memory_proposals
 from app.memory.history import now
@@ -57,8 +57,18 @@ _SAVE_MODE = select(memory_preferences.c.save_mode).where(
 
 
 def save_mode(connection: Connection, user_id: str) -> SaveMode:
-    mode = connection.execute(_SAVE_MODE, {"owner_id": user_id}).scalar()
-    return "ask" if mode == "ask" else "auto"
+    return mode_of(connection.execute(_SAVE_MODE, {"owner_id": user_id}).scalar())
+
+
+def mode_of(stored: object) -> SaveMode:
+    """The save mode a stored value (None: no row) means."""
+    return "ask" if stored == "ask" else "auto"
+
+
+def save_mode_column() -> ScalarSelect[str]:
+    """The stored save mode as a column of another statement (bound `owner_id`; NULL without a
+    row, which `mode_of` reads as "auto")."""
+    return _SAVE_MODE.scalar_subquery()
 
 
 def set_save_mode(connection: Connection, user_id: str, mode: SaveMode) -> None:

@@ -17,12 +17,13 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal,
     select,
     update,
 )
 
 from app.db.locking import locked_memory_select
-from app.db.schema import agent_memory
+from app.db.schema import agent_memory, memory_preferences
 from app.memory.rules import SCHEMA_VERSION, SEPARATOR, TARGETS, Snapshot, Target
 
 
@@ -73,6 +74,30 @@ def load_snapshot(connection: Connection, user_id: str, *, lock: bool = False) -
     result = connection.execute(query, {"owner_id": user_id})
     rows = cast("list[tuple[str, str, int]]", result.all())
     return snapshot_from_rows(rows)
+
+
+# The save mode travels as one more row of the memory read, under a name no document has: a
+# turn's start learns both in one statement (one round trip, one snapshot).
+_SAVE_MODE_ROW = "save_mode"
+_READ_WITH_SAVE_MODE = _READ.union_all(
+    select(
+        literal(_SAVE_MODE_ROW, agent_memory.c.memory_type.type),
+        memory_preferences.c.save_mode,
+        literal(SCHEMA_VERSION, agent_memory.c.schema_version.type),
+    ).where(memory_preferences.c.user_id == _USER)
+)
+
+
+def load_snapshot_and_save_mode(
+    connection: Connection, user_id: str
+) -> tuple[Snapshot, str | None]:
+    """The memory documents and the stored save mode (None without a row), read by one
+    statement."""
+    result = connection.execute(_READ_WITH_SAVE_MODE, {"owner_id": user_id})
+    rows = cast("list[tuple[str, str, int]]", result.all())
+    modes = [content for memory_type, content, _version in rows if memory_type == _SAVE_MODE_ROW]
+    documents = [row for row in rows if row[0] != _SAVE_MODE_ROW]
+    return snapshot_from_rows(documents), modes[0] if modes else None
 
 
 DocumentWrite = Literal["insert", "update", "delete"]

@@ -18,7 +18,7 @@ from app.db.engine import one_statement_read
 from app.db.locking import is_retryable, is_timeout, is_unique_violation
 from app.db.writers import WriterLockTimeoutError
 from app.erasure import audit
-from app.memory import repository, writes
+from app.memory import proposals, repository, writes
 from app.memory.provenance import Proposer, Provenance, SaveMode
 from app.memory.repository import CancelCheck
 from app.memory.rules import Operation, Snapshot, Target
@@ -100,6 +100,30 @@ class MemoryService:
             raise MemoryUnavailableError(type(error).__name__) from error
         register_memory(snapshot)  # memory content is scrubbed from this request's telemetry
         return snapshot
+
+    def read_with_save_mode(self, user_id: str) -> tuple[Snapshot, SaveMode]:
+        """`read`, and the person's save mode in the same statement (what a turn's start
+        reads when memory is on: one round trip for both)."""
+        try:
+            with self.engine.connect() as connection:
+                one_statement_read(connection)
+                snapshot, mode = repository.load_snapshot_and_save_mode(connection, user_id)
+                connection.rollback()
+        except Exception as error:
+            raise MemoryUnavailableError(type(error).__name__) from error
+        register_memory(snapshot)
+        return snapshot, proposals.mode_of(mode)
+
+    async def read_with_save_mode_async(
+        self, user_id: str, *, seconds: float
+    ) -> tuple[Snapshot, SaveMode]:
+        """`read_with_save_mode` in a worker thread, within `seconds` (as `read_async`)."""
+        try:
+            return await within(
+                seconds, lambda: to_thread(self.read_with_save_mode, user_id), what="memory read"
+            )
+        except DeadlineExceededError as error:
+            raise MemoryUnavailableError("DeadlineExceededError") from error
 
     async def read_async(self, user_id: str, *, seconds: float | None = None) -> Snapshot:
         """`read` in a worker thread, within `seconds` (default MEMORY_READ_TIMEOUT_SECONDS):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 
-from sqlalchemy import Connection, Insert
+from sqlalchemy import Connection, Insert, select
 
 from app.erasure import audit
 from app.memory import history, proposals, repository
@@ -108,19 +108,33 @@ def resolve(
     return request.batches, request.provenance
 
 
+# What a turn's commit reads besides its memory, under the user's lock: whether the person was
+# erased since the turn began, and their save mode (a turn may propose).
+_TURN_READS = select(audit.erased_since_column(), proposals.save_mode_column())
+
+
 def write(
     unit: UnitOfWork, request: WriteRequest, limits: WriteLimits, should_cancel: CancelCheck
 ) -> Written:
     connection, user_id = unit.connection, unit.user_id
     check_cancel(should_cancel, "before the query")
     begun = request.begun
-    if begun is not None and audit.erased_since(connection, begun.subject_hash, begun.at):
-        raise SubjectErasedError("the user was erased while this turn ran")
     current = repository.load_snapshot(connection, user_id, lock=True)
     register_memory(current)
+    if begun is not None:
+        # A turn's commit: both its reads under the lock in one statement.
+        erased, mode = connection.execute(
+            _TURN_READS,
+            {"subject_hash": begun.subject_hash, "since": begun.at, "owner_id": user_id},
+        ).one()
+        if erased:
+            raise SubjectErasedError("the user was erased while this turn ran")
+        asks = request.may_propose and proposals.mode_of(mode) == "ask"
+    else:
+        asks = request.may_propose and proposals.save_mode(connection, user_id) == "ask"
     batches, provenance = resolve(connection, user_id, request)
     register_operations(batches)  # before the SQL that binds them
-    if request.may_propose and proposals.save_mode(connection, user_id) == "ask":
+    if asks:
         # Under the same rules: a refused batch is never proposed; one that would change
         # nothing (facts already remembered) is not worth asking about.
         if replay(current, batches) == current:

@@ -7,7 +7,8 @@ user take turns, so the stream count read next cannot be stale. It then checks t
 against the budget and takes a stream slot: a lease row that expires on its own after the
 longest a turn can stream, so a crashed worker's slots free themselves. Anything over a limit
 rolls the whole transaction back (a refused request uses none of the caller's allowance) and
-answers 429 with Retry-After. Releasing the slot is one DELETE when the stream ends.
+answers 429 with Retry-After. Releasing the slot is one DELETE when the stream ends (in
+autocommit on PostgreSQL: a statement that commits itself).
 
 A database that does not answer within the bound lets the request through (logged, counted):
 limits protect the service; they must not turn a database hiccup into refused turns.
@@ -42,7 +43,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.concurrency import finish_even_if_cancelled, to_thread
 from app.db.deadline import within
-from app.db.engine import SQLITE_IMMEDIATE
+from app.db.engine import SQLITE_IMMEDIATE, one_statement_write
 from app.db.schema import limit_counters, stream_slots, usage_daily
 from app.errors import AppError
 from app.operators import usage
@@ -230,7 +231,8 @@ class LimitStore:
 
     def _release(self, admission: Admission) -> None:
         caller = admission.caller
-        with self.engine.begin() as connection:
+        with self.engine.connect() as connection:
+            one_statement_write(connection)
             # The caller's expired leases (a crashed worker's) go with it.
             connection.execute(
                 delete(stream_slots).where(
@@ -244,6 +246,7 @@ class LimitStore:
                     )
                 )
             )
+            connection.commit()
 
     def open_slots(self, caller: Caller) -> int:
         """Unexpired stream slots of one caller (for tests and operators)."""

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from functools import cache
+from typing import Any
 
 import structlog
-from sqlalchemy import Connection, Engine, delete, func, select
+from sqlalchemy import Connection, Engine, Insert, bindparam, delete, func, select
+from sqlalchemy.dialects import postgresql
 
 from app.concurrency import to_thread
 from app.db.schema import usage_daily
@@ -72,6 +75,37 @@ def record(connection: Connection, spent: TurnUsage, day: date | None = None) ->
             "completion_tokens": max(0, spent.completion_tokens),
         },
     )
+
+
+_AMOUNTS = ("turns", "prompt_tokens", "completion_tokens")
+
+
+@cache
+def postgres_record() -> Insert:
+    """`record`'s upsert on PostgreSQL, built once, its values bound at execution
+    (`record_values`): for a statement that carries it beside other writes
+    (app/conversations/repository.py)."""
+    statement = postgresql.insert(usage_daily).values(
+        {
+            column: bindparam(f"usage_{column}", type_=usage_daily.c[column].type)
+            for column in ("user_id", "day", *_AMOUNTS)
+        }
+    )
+    return statement.on_conflict_do_update(
+        index_elements=["user_id", "day"],
+        set_={name: usage_daily.c[name] + statement.excluded[name] for name in _AMOUNTS},
+    )
+
+
+def record_values(spent: TurnUsage, day: date | None = None) -> dict[str, Any]:
+    """The values `postgres_record` binds: what `record` adds."""
+    return {
+        "usage_user_id": spent.user_id,
+        "usage_day": day or today(),
+        "usage_turns": 1,
+        "usage_prompt_tokens": max(0, spent.prompt_tokens),
+        "usage_completion_tokens": max(0, spent.completion_tokens),
+    }
 
 
 def tokens_on(connection: Connection, user_id: str, day: date) -> int:

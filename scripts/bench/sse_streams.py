@@ -183,6 +183,10 @@ def main() -> None:
             OFFLINE_MODEL_DELAY_MS="5000",
             TURN_TIMEOUT_SECONDS="3600",
             LOG_LEVEL="WARNING",
+            # Each of the 50 users holds many streams: the per-user limits (4 streams, 30 turns
+            # a minute by default) would refuse most of them.
+            USER_MAX_STREAMS="0",
+            USER_TURNS_PER_MINUTE="0",
             **model,
         ) as (url, pid):
             figures = asyncio.run(ramp(url, pid, steps))

@@ -277,7 +277,8 @@ def main() -> None:
         "--pgbouncer",
         action="store_true",
         help="PostgreSQL only: also serve this checkout through a PgBouncer in transaction "
-        "mode (DB_POOLER=transaction), measured alongside as the path 'pgbouncer'",
+        "mode (DB_POOLER=transaction), measured alongside as the path 'pgbouncer' (and the "
+        "baseline's as 'baseline_pgbouncer')",
     )
     parser.add_argument(
         "--compare-limits",
@@ -317,22 +318,27 @@ def main() -> None:
         if args.pgbouncer:
             if args.database != "postgresql":
                 parser.error("--pgbouncer needs --database postgresql")
-            url = stack.enter_context(database(args.database, Path(logs), "pgbouncer"))
-            bouncer = stack.enter_context(pgbouncer("127.0.0.1", make_url(url).port or 5432))
-            urls["pgbouncer"], _pid = stack.enter_context(
-                service(
-                    bouncer.url_for(url),
-                    Path(logs),
-                    root=ROOT,
-                    name="pgbouncer",
-                    workers=args.workers,
-                    LLM_BASE_URL=stub,
-                    LLM_API_KEY="unused",
-                    LLM_MODEL=OFFLINE_MODEL_NAME,
-                    DB_POOLER="transaction",
-                    **LIMITS_CHECKED,
+            # This tree behind PgBouncer ("pgbouncer"), and the baseline's too when given.
+            pooled_trees = {"pgbouncer": ROOT}
+            if args.baseline:
+                pooled_trees["baseline_pgbouncer"] = args.baseline
+            for pooled_name, tree in pooled_trees.items():
+                url = stack.enter_context(database(args.database, Path(logs), pooled_name))
+                bouncer = stack.enter_context(pgbouncer("127.0.0.1", make_url(url).port or 5432))
+                urls[pooled_name], _pid = stack.enter_context(
+                    service(
+                        bouncer.url_for(url),
+                        Path(logs),
+                        root=tree,
+                        name=pooled_name,
+                        workers=args.workers,
+                        LLM_BASE_URL=stub,
+                        LLM_API_KEY="unused",
+                        LLM_MODEL=OFFLINE_MODEL_NAME,
+                        DB_POOLER="transaction",
+                        **LIMITS_CHECKED,
+                    )
                 )
-            )
         if args.floor:
             urls["floor"] = stack.enter_context(floor_service(stub, Path(logs)))
         for concurrency in levels:
