@@ -228,6 +228,7 @@ function signOut(message = "", kind = "error") {
   conversations.reset();
   projectPage.reset();
   moveDialog.reset();
+  showPlace(); // the header, the page and the composer's hint forget the person's projects
   search.reset();
   memory.reset();
   importDialog.reset();

@@ -174,6 +174,8 @@ export class ProjectPage {
   reset() {
     this.client = null;
     this.show(null);
+    this.heading.textContent = "";
+    this.general.checked = false;
     $("project-chats").replaceChildren();
   }
 }
@@ -233,5 +235,6 @@ export class MoveDialog {
     this.client = null;
     this.conversationId = null;
     if (this.dialog.open) this.dialog.close();
+    this.select.replaceChildren(); // the person's project names leave the page too
   }
 }
