@@ -23,6 +23,7 @@ from app.offline.model import OfflineModel
 from app.offline.transport import ChatCompletionsTransport
 from app.offline.wire import ChatRequest, Reply, Text, ToolCall, ToolCalls
 from tests.e2e.conftest import e2e_settings, guard, sqlite_file
+from tests.e2e.test_web_theme import CONTRASTS
 from tests.e2e.web import (
     close_drawer,
     open_conversations,
@@ -40,6 +41,17 @@ PHONE_OPTIONS: dict[str, Any] = {"is_mobile": True, "has_touch": True}
 NOTE = re.compile(r"^project note:\s*(?P<text>.+)$", re.I | re.S)
 PROJECT_FACT = "The client deploys on Fridays."
 UUID = r"[0-9a-f-]{36}"
+# What the projects add that people read, with the contrast it needs (WCAG AA: 4.5:1).
+PROJECT_TEXT = [
+    ".applies",
+    ".memory-unused",
+    ".document-hint",
+    "#chat-project .label",
+    ".project-open",
+    ".projects .group-title",
+    "#project-home p",
+    ".project-chat",
+]
 
 
 def views(*schemes: str) -> list[Any]:
@@ -203,6 +215,9 @@ def test_a_project_keeps_its_notes_and_the_panel_says_where_each_entry_applies(
     expect(page.locator("#doc-user-applies")).to_have_text("All chats")
     expect(page.locator("#doc-memory")).to_be_hidden()
     expect(page.locator("#doc-memory-unused")).to_be_visible()
+    measured = page.evaluate(CONTRASTS, PROJECT_TEXT)
+    assert {".applies", ".memory-unused"} <= {selector for selector, _ in measured}
+    assert [pair for pair in measured if pair[1] < 4.5] == []
     scoped = api(server, token, "GET", f"/v1/memory?project_id={project_id}").json()
     assert scoped["project"]["entries"] == [PROJECT_FACT]
     general = api(server, token, "GET", "/v1/memory").json()
@@ -250,6 +265,9 @@ def test_a_project_keeps_its_notes_and_the_panel_says_where_each_entry_applies(
     page.goto(server + address)
     expect(page.locator("#project-home-title")).to_have_text("Client A")
     expect(page.locator("#project-chats li")).to_have_count(1)
+    measured = page.evaluate(CONTRASTS, PROJECT_TEXT)
+    assert {"#project-home p", ".project-chat"} <= {selector for selector, _ in measured}
+    assert [pair for pair in measured if pair[1] < 4.5] == []
     page.reload()
     expect(page.locator("#project-home-title")).to_have_text("Client A")
     open_memory(page)
