@@ -64,16 +64,26 @@ class MemoryControl:
 
     # -- history --------------------------------------------------------------------------
 
-    def _history(self, user_id: str, limit: int, before: str | None) -> list[HistoryEntry] | None:
+    def _history(
+        self, user_id: str, limit: int, before: str | None, project_id: str | None
+    ) -> list[HistoryEntry] | None:
         with self.engine.connect() as connection:
-            entries = history.page(connection, user_id, limit=limit, before=before)
+            entries = history.page(
+                connection, user_id, limit=limit, before=before, project_id=project_id
+            )
         return None if entries is None else _registered_entries(entries)
 
     async def history(
-        self, user_id: str, *, limit: int, before: str | None = None
+        self,
+        user_id: str,
+        *,
+        limit: int,
+        before: str | None = None,
+        project_id: str | None = None,
     ) -> list[HistoryEntry] | None:
-        """Newest first; None when `before` names no change of this user's."""
-        return await to_thread(self._history, user_id, limit, before)
+        """Newest first, the changes made in `project_id` (None: outside projects); None when
+        `before` names no change of this user's in that scope."""
+        return await to_thread(self._history, user_id, limit, before, project_id)
 
     # -- save mode ------------------------------------------------------------------------
 
@@ -86,12 +96,15 @@ class MemoryControl:
 
     # -- proposals ------------------------------------------------------------------------
 
-    def _pending(self, user_id: str) -> list[Proposal]:
+    def _pending(self, user_id: str, project_id: str | None) -> list[Proposal]:
         with self.engine.connect() as connection:
-            return _registered_proposals(proposals.pending(connection, user_id))
+            return _registered_proposals(
+                proposals.pending(connection, user_id, project_id=project_id)
+            )
 
-    async def pending(self, user_id: str) -> list[Proposal]:
-        return await to_thread(self._pending, user_id)
+    async def pending(self, user_id: str, project_id: str | None = None) -> list[Proposal]:
+        """The pending proposals staged in `project_id` (None: outside projects)."""
+        return await to_thread(self._pending, user_id, project_id)
 
     # -- export ---------------------------------------------------------------------------
     # Read a page at a time, each page on a connection of its own, so that an export holds
