@@ -15,7 +15,8 @@ from sqlalchemy import Engine
 from app.concurrency import to_thread
 from app.conversations import repository as transcripts
 from app.conversations.repository import Conversation, StoredMessage
-from app.memory import history, proposals, repository
+from app.memory import history, projects, proposals, repository
+from app.memory.projects import Project, Scope
 from app.memory.provenance import (
     HistoryEntry,
     Proposal,
@@ -43,6 +44,8 @@ class ExportHead:
     expired_proposals: list[Proposal] = field(default_factory=list)
     # The person's model usage per day (no content).
     usage: list[dict[str, Any]] = field(default_factory=list)
+    # Each project with its document (its history entries carry its id).
+    projects: list[tuple[Project, tuple[str, ...]]] = field(default_factory=list)
 
 
 def _registered_entries(entries: list[HistoryEntry]) -> list[HistoryEntry]:
@@ -118,13 +121,20 @@ class MemoryControl:
             pending = proposals.pending(connection, user_id)
             expired = proposals.expired(connection, user_id)
             usage = export_for_subject(connection, user_id)["usage"]
+            documents = [
+                (project, repository.load_scoped(connection, user_id, Scope(project.id)).project)
+                for project in projects.list_projects(connection, user_id)
+            ]
             connection.rollback()
+        for _project, document in documents:
+            register_sensitive(*document)
         return ExportHead(
             snapshot,
             save_mode,
             _registered_proposals(pending),
             _registered_proposals(expired),
             usage,
+            documents,
         )
 
     async def export_head(self, user_id: str) -> ExportHead:

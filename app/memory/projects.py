@@ -202,9 +202,9 @@ def change(
     return require(connection, user_id, project_id)
 
 
-def remove(connection: Connection, user_id: str, project_id: str) -> None:
-    """The project, its document, and the history entries and proposals made in it. The
-    conversations are the caller's to delete or detach first."""
+def forget(connection: Connection, user_id: str, project_id: str) -> int:
+    """The project's document and the history entries and proposals made in it; returns 1
+    when there was a document."""
     require(connection, user_id, project_id)
     owned_changes = (memory_changes.c.user_id == user_id) & (
         memory_changes.c.project_id == project_id
@@ -214,11 +214,18 @@ def remove(connection: Connection, user_id: str, project_id: str) -> None:
     )
     connection.execute(delete(memory_changes).where(owned_changes))
     connection.execute(delete(memory_proposals).where(owned_proposals))
-    connection.execute(
+    result = connection.execute(
         delete(project_memory).where(
             project_memory.c.project_id == project_id, project_memory.c.user_id == user_id
         )
     )
+    return result.rowcount or 0
+
+
+def remove(connection: Connection, user_id: str, project_id: str) -> None:
+    """The project, its document, and the history entries and proposals made in it. The
+    conversations are the caller's to delete or detach first."""
+    forget(connection, user_id, project_id)
     connection.execute(
         delete(projects).where(projects.c.id == project_id, projects.c.user_id == user_id)
     )

@@ -325,6 +325,15 @@ class MemoryService:
     async def forget_async(self, user_id: str) -> int:
         return await to_thread(self.forget, user_id)
 
+    def forget_project(self, user_id: str, project_id: str) -> int:
+        """One project's document, history and proposals, in one transaction."""
+        return self._run(
+            user_id, "forget", lambda unit: writes.forget_project(unit, project_id), _never
+        )[0]
+
+    async def forget_project_async(self, user_id: str, project_id: str) -> int:
+        return await to_thread(self.forget_project, user_id, project_id)
+
     def erase(self, user_id: str, stamp: datetime) -> int:
         """Erasure's first step (writes.erase): the unfinished audit row and every row of the
         user's memory state, in one transaction under their writer lock. Returns the memory

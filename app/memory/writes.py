@@ -270,6 +270,11 @@ def forget(unit: UnitOfWork) -> int:
     return removed
 
 
+def forget_project(unit: UnitOfWork, project_id: str) -> int:
+    """One project's document, history and proposals; the project stays."""
+    return projects.forget(unit.connection, unit.user_id, project_id)
+
+
 def erase(unit: UnitOfWork, subject_hash: str, stamp: datetime) -> int:
     """The first step of erasing a person: the audit row (unfinished) and all of their memory
     state, preferences included, in one transaction under their writer lock. A turn's commit

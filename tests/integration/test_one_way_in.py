@@ -36,7 +36,7 @@ STATEMENT_MODULES = {
     "memory/projects.py",
 }
 STORAGE_WRITERS = {
-    "projects": {"create", "change", "remove", "forget_documents", "delete_all"},
+    "projects": {"create", "change", "forget", "remove", "forget_documents", "delete_all"},
     "repository": {"delete_all", "document_statement"},
     "history": {"delete_all", "trim", "delete_older_than", "ENTRY_INSERT", "TRIM_BEFORE_INSERT"},
     "proposals": {"add", "remove", "delete_all", "delete_preferences", "set_save_mode"},
