@@ -17,6 +17,7 @@ from app.db.admission import DatabaseBusyError, admitted
 from app.db.deadline import DeadlineExceededError, within
 from app.erasure import audit
 from app.memory.ledger import MemoryLedger
+from app.memory.projects import Scope
 from app.memory.provenance import SaveMode
 from app.memory.render import MemoryStatus
 from app.memory.rules import Snapshot
@@ -116,6 +117,8 @@ async def _open(
         begun_at=begun_at,
         search=services.search if request.user_id is not None else None,
         search_timeout_seconds=services.settings.search_timeout_seconds,
+        project_id=request.project_id,
+        project_name=request.project_name,
     )
 
 
@@ -138,7 +141,11 @@ async def _load_memory(
         else None
     )
     try:
-        snapshot = await memory.read_async(user_id, seconds=remaining(deadline))
+        # In a project: the model's scope (user profile, the project's document, the general
+        # document only when the project is opted into it), fixed by the request, never by
+        # anything the model says.
+        scope = Scope(request.project_id, owner=False)
+        snapshot = await memory.read_async(user_id, seconds=remaining(deadline), scope=scope)
     except Exception as error:
         if mode is not None:
             mode.cancel()
@@ -183,7 +190,7 @@ async def _store_message(
         if existing is None:
             created = await within(
                 seconds,
-                lambda: conversations.create(user_id, turn_id, message),
+                lambda: conversations.create(user_id, turn_id, message, request.project_id),
                 what="conversation create",
             )
             return created, "stored" if created is not None else "unavailable"

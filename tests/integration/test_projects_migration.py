@@ -1,0 +1,147 @@
+"""Revision 0012 (projects, project documents, the project of conversations, history entries and
+proposals) on SQLite, PostgreSQL and MariaDB.
+
+Invariants: the upgrade adds projects without touching existing memory (every document, history
+entry and proposal reads the same, outside any project); the downgrade removes projects, their
+documents and the history and proposals made in them, keeps every conversation (as a general
+one) and every general row, and the upgrade runs again on what it left.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import Engine, inspect, text
+
+from app.db.migrate import upgrade
+from app.db.writers import maintenance
+from app.memory import history, proposals
+from app.memory.provenance import Provenance
+from app.memory.rules import Operation
+from app.memory.service import MemoryService
+from tests.support.databases import migrate
+
+BEFORE = "0011"
+PROJECT = "7d3f1a52-0a4e-4f5b-9b8e-2c1d3e4f5a6b"
+CONVERSATION = "c0ffee00-0000-4000-8000-000000000001"
+
+
+def add(target: str, content: str) -> list[list[Operation]]:
+    return [[Operation(target, "add", content=content)]]  # type: ignore[arg-type]
+
+
+def plant_project_rows(engine: Engine, *, conversation: bool = True) -> None:
+    """What revision 0012 holds and 0011 cannot: a project, its document, and a history entry,
+    a proposal and a conversation in it."""
+    stamp = datetime.now(UTC).replace(tzinfo=None)
+    with engine.begin() as connection, maintenance(connection):
+        connection.execute(
+            text(
+                "INSERT INTO amem_projects (id, user_id, name, general_memory, created_at, "
+                "updated_at) VALUES (:id, 'alice', 'Client A', :no, :at, :at)"
+            ),
+            {"id": PROJECT, "no": False, "at": stamp},
+        )
+        connection.execute(
+            text(
+                "INSERT INTO amem_project_memory (project_id, user_id, content) "
+                "VALUES (:id, 'alice', 'Client A bills monthly.')"
+            ),
+            {"id": PROJECT},
+        )
+        connection.execute(
+            text(
+                "INSERT INTO amem_memory_changes (id, user_id, source, operations, created_at, "
+                "project_id) VALUES ('p-change', 'alice', 'api', '[]', :at, :id)"
+            ),
+            {"id": PROJECT, "at": stamp},
+        )
+        connection.execute(
+            text(
+                "INSERT INTO amem_memory_proposals (id, user_id, batches, created_at, expires_at, "
+                "project_id) VALUES ('p-proposal', 'alice', '[]', :at, :later, :id)"
+            ),
+            {"id": PROJECT, "at": stamp, "later": stamp + timedelta(days=1)},
+        )
+        if not conversation:
+            return
+        connection.execute(
+            text(
+                "INSERT INTO amem_conversations (id, user_id, title, created_at, updated_at, "
+                "project_id) VALUES (:conversation, 'alice', 'Kickoff', :at, :at, :id)"
+            ),
+            {"id": PROJECT, "conversation": CONVERSATION, "at": stamp},
+        )
+
+
+def general_state(engine: Engine) -> tuple[object, ...]:
+    service = MemoryService(engine)
+    with engine.connect() as connection:
+        entries = history.page(connection, "alice", limit=None)
+        pending = proposals.pending(connection, "alice")
+    return (
+        service.read("alice"),
+        [(entry.id, entry.changes, entry.provenance) for entry in entries or []],
+        [(proposal.id, proposal.batches) for proposal in pending],
+    )
+
+
+def test_existing_memory_reads_the_same_after_the_upgrade(fresh_engine: Engine) -> None:
+    """Documents, history and proposals written under 0011 read identically at 0012."""
+    migrate(fresh_engine, BEFORE)
+    service = MemoryService(fresh_engine)
+    service.commit_operations("alice", add("user", "Name: Alice."))
+    service.commit_operations("alice", add("memory", "Deploys with make."))
+    service.set_save_mode("alice", "ask")
+    service.commit_operations(
+        "alice", add("memory", "Proposed fact."), provenance=Provenance("turn"), may_propose=True
+    )
+    before = general_state(fresh_engine)
+    with fresh_engine.connect() as connection:
+        memory_rows = connection.execute(
+            text("SELECT user_id, memory_type, content, created_at FROM agent_memory ORDER BY 2")
+        ).all()
+
+    upgrade(fresh_engine)
+    assert general_state(fresh_engine) == before
+    with fresh_engine.connect() as connection:
+        assert (
+            connection.execute(
+                text(
+                    "SELECT user_id, memory_type, content, created_at FROM agent_memory ORDER BY 2"
+                )
+            ).all()
+            == memory_rows
+        )
+        for table in ("amem_memory_changes", "amem_memory_proposals"):
+            nulls = connection.execute(text(f"SELECT project_id FROM {table}")).scalars().all()
+            assert nulls and all(value is None for value in nulls)
+
+
+def test_downgrade_keeps_what_the_previous_schema_reads(fresh_engine: Engine) -> None:
+    """The way back drops projects, their documents, history and proposals; general memory and
+    every conversation stay; upgrading again works on that data."""
+    upgrade(fresh_engine)
+    service = MemoryService(fresh_engine)
+    service.commit_operations("alice", add("memory", "A general fact."))
+    plant_project_rows(fresh_engine)
+    general = service.read("alice")
+
+    migrate(fresh_engine, BEFORE, down=True)
+    inspector = inspect(fresh_engine)
+    tables = set(inspector.get_table_names())
+    assert "amem_projects" not in tables and "amem_project_memory" not in tables
+    for table in ("amem_conversations", "amem_memory_changes", "amem_memory_proposals"):
+        assert "project_id" not in {column["name"] for column in inspector.get_columns(table)}
+    with fresh_engine.connect() as connection:
+        ids = connection.execute(text("SELECT id FROM amem_memory_changes")).scalars().all()
+        assert "p-change" not in ids and len(ids) == 1
+        assert connection.execute(text("SELECT id FROM amem_memory_proposals")).all() == []
+        assert connection.execute(text("SELECT id FROM amem_conversations")).scalars().all() == [
+            CONVERSATION
+        ]
+    assert service.read("alice") == general
+
+    upgrade(fresh_engine)
+    assert service.read("alice") == general
+    plant_project_rows(fresh_engine, conversation=False)
