@@ -202,6 +202,7 @@ def test_a_project_keeps_its_notes_and_the_panel_says_where_each_entry_applies(
     )
     open_conversations(page)
     expect(page.locator("#project-list .project-open[aria-current=page]")).to_have_text("Client A")
+    close_drawer(page)
 
     send(page, f"project note: {PROJECT_FACT}")
     settled(page, 1)
@@ -324,7 +325,7 @@ def test_projects_are_renamed_conversations_moved_and_deleting_asks_what_becomes
     # Rename, from the project's page.
     open_project(page, "Alpha")
     page.get_by_role("button", name="Rename").click()
-    field = page.get_by_label("Project name")
+    field = page.get_by_label("Project name", exact=True)
     expect(field).to_be_focused()
     field.fill("Alpha Corp")
     field.press("Enter")

@@ -33,7 +33,9 @@ export class DocumentsSection {
     const shown = shownTargets(state);
     for (const target of TARGETS) {
       $(`doc-${target}`).hidden = !shown.includes(target);
+      // A document of another place leaves the page, not only the view.
       if (shown.includes(target)) this.renderDocument(target, state[target]);
+      else this.renderDocument(target, { entries: [], characters: 0, limit: 1 });
     }
     this.label(state, projects);
   }
