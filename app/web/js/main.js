@@ -17,8 +17,7 @@ import { ImportDialog } from "./memory/import.js";
 import { MemoryPanel } from "./memory/panel.js";
 import { relabelTurns } from "./memory/status.js";
 import { Notice } from "./notice.js";
-import { MoveDialog, ProjectPage } from "./project-page.js";
-import { ProjectRows } from "./projects.js";
+import { projectParts } from "./project-parts.js";
 import { Router } from "./router.js";
 import { dropToken, keepToken, savedToken, subjectOf, takeTokenFromFragment } from "./session.js";
 
@@ -63,56 +62,18 @@ const title = new ChatTitle({
   onRenamed: () => conversations.load(),
   onError: (text) => chatNotice.show(text, "error"),
 });
+// The project parts read the others from `parts`, filled in once the chat exists.
+const parts = {};
+const projects = projectParts(parts);
 const account = new AccountDeletion({ onDeleted: () => signOut(ACCOUNT_DELETED, "success") });
-const projectRows = new ProjectRows({
-  root: $("project-list"),
-  empty: $("projects-empty"),
-  newButton: $("new-project"),
-  form: $("new-project-form"),
-  input: $("new-project-name"),
-  onOpen: (projectId) => chat.newConversation({ projectId }),
-  onCreated: async (project) => {
-    await conversations.load();
-    chat.newConversation({ projectId: project.id });
-    chatNotice.show(`Project “${project.name}” created: chats started here keep their own notes.`, "success");
-  },
-  onError: (text) => chatNotice.show(text, "error"),
-});
 const conversations = new ConversationList({
   container: $("conversation-list"),
   empty: $("conversations-empty"),
-  projectRows,
+  projectRows: projects.rows,
   onOpen: (id) => chat.open(id),
   onDeleted: (id) => chat.deleted(id),
   onError: (text) => chatNotice.show(text, "error"),
-  onLoaded: () => showPlace(),
-});
-const projectPage = new ProjectPage({
-  welcome: $("welcome"),
-  onOpen: (id) => chat.open(id),
-  onChanged: async (project) => {
-    await conversations.load();
-    if (chat.projectId === project.id) await memory.load();
-  },
-  onDeleted: async (projectId, choice) => {
-    if (chat.projectId === projectId) {
-      if (chat.conversationId && choice === "detach") chat.open(chat.conversationId, null, { fromAddress: true });
-      else chat.newConversation();
-    }
-    await conversations.load();
-    chatNotice.show({ delete: "Project deleted, with its conversations.",
-      detach: "Project deleted: its conversations are now outside projects." }[choice]
-      || "Project deleted.", "success");
-  },
-  onError: (text) => chatNotice.show(text, "error"),
-});
-const moveDialog = new MoveDialog({
-  onMoved: async (id, projectId) => {
-    await conversations.load();
-    if (chat.conversationId === id) chat.place(id, projectId);
-    const project = conversations.project(projectId);
-    chatNotice.show(project ? `Moved to “${project.name}”.` : "Moved out of the project.", "success");
-  },
+  onLoaded: () => projects.showPlace(),
 });
 const search = new ConversationSearch({
   form: $("conversation-search"),
@@ -140,7 +101,7 @@ const chat = new Chat({
   memory,
   router,
   onTitle: (text, id) => title.show(text, id),
-  onPlace: () => showPlace(),
+  onPlace: () => projects.showPlace(),
   notice: chatNotice,
   onNavigate: () => drawers.close({ restoreFocus: false }),
   onStreaming: (streaming) => {
@@ -150,19 +111,7 @@ const chat = new Chat({
   // count is a stable thing for tests and the screenshot script to wait on.
   onSettled: () => { document.body.dataset.turns = String(Number(document.body.dataset.turns || 0) + 1); },
 });
-
-// Where the chat is, everywhere it shows: the header's project, the project's page, the memory
-// panel's labels and the composer's hint. Runs on each move and after each list load.
-function showPlace() {
-  const project = conversations.project(chat.projectId);
-  title.showProject(project, chat.conversationId);
-  projectPage.show(chat.conversationId ? null : project,
-    project ? conversations.inProject(project.id) : []);
-  memory.setProjects(conversations.projects);
-  $("message-input").placeholder = project ? `Message the assistant in “${project.name}”`
-    : "Message the assistant";
-  if (chat.projectId && !chat.conversationId && conversations.loaded && !project) chat.projectNotFound();
-}
+Object.assign(parts, { chat, conversations, memory, title, notice: chatNotice });
 
 function showModelBadge() {
   for (const badge of document.querySelectorAll(".model-badge")) {
@@ -194,9 +143,8 @@ async function signIn(token) {
   client = new ApiClient(token, { onUnauthorized: () => signOut(SESSION_ENDED) });
   const subject = subjectOf(token) || "unknown user";
   keepToken(token);
-  for (const part of [conversations, projectRows, projectPage, moveDialog, search, memory, chat, title]) {
-    part.attach(client);
-  }
+  const { rows, projectPage, move } = projects;
+  for (const part of [conversations, rows, projectPage, move, search, memory, chat, title]) part.attach(client);
   account.attach(client, subject);
   $("account-name").textContent = subject;
   $("account-avatar").textContent = subject.slice(0, 1).toUpperCase();
@@ -226,9 +174,9 @@ function signOut(message = "", kind = "error") {
   account.reset();
   chat.reset();
   conversations.reset();
-  projectPage.reset();
-  moveDialog.reset();
-  showPlace(); // the header, the page and the composer's hint forget the person's projects
+  projects.projectPage.reset();
+  projects.move.reset();
+  projects.showPlace(); // the header, the page and the composer's hint forget the projects
   search.reset();
   memory.reset();
   importDialog.reset();
@@ -288,8 +236,6 @@ function wire() {
     if (link.dataset.conversation) chat.open(link.dataset.conversation);
     else chat.newConversation({ projectId: link.dataset.project });
   });
-  $("move-conversation").addEventListener("click",
-    () => moveDialog.open(chat.conversationId, chat.projectId, conversations.projects));
   for (const suggestion of document.querySelectorAll(".suggestion")) {
     suggestion.addEventListener("click", () => composer.fill(suggestion.textContent.trim()));
   }

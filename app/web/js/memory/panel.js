@@ -2,19 +2,18 @@
 //
 // The panel is a stack of sections, each its own module with `render(...)` and `reset()`: the
 // documents (each entry with its origin), pending proposals (Accept/Reject), the history with
-// Undo, and the manage section (save mode, Export, Forget everything). Every change is rendered
+// Undo, and the manage section (save mode, Export, Forget everything: manage.js). Every change is rendered
 // from the API's answer, once; the panel never guesses the state.
 //
 // The panel shows the memory of the place the chat is in (its scope): outside projects, or one
 // project (every memory request then carries `?project_id=`, and the state names its scope).
 
 import { ApiError, describe, fetchInfo, isSessionEnd } from "../api.js";
-import { confirmAction } from "../dialog.js";
-import { $, focusQuietly } from "../dom.js";
+import { $ } from "../dom.js";
 import { Notice } from "../notice.js";
 import { DocumentsSection } from "./documents.js";
 import { HistorySection } from "./history.js";
-import { ManageSection, saveDownload } from "./manage.js";
+import { ManageSection } from "./manage.js";
 import { CONFLICTS, STATE_TEXT, editOutcome, turnOutcome, undoOutcome } from "./model.js";
 import { originHistory, originOf, originsOf, originText } from "./origins.js";
 import { ProposalsSection } from "./proposals.js";
@@ -47,9 +46,7 @@ export class MemoryPanel {
       decide: (proposal, action) => this.decide(proposal, action) });
     this.history = new HistorySection({ root: root.querySelector("[data-section=history]"),
       undo: (change) => this.undo(change), more: () => this.loadExtras({ more: true }) });
-    this.manage = new ManageSection({ root: root.querySelector("[data-section=manage]"),
-      setSaveMode: (mode) => this.setSaveMode(mode), exportAll: () => this.exportAll(),
-      forget: () => this.forget() });
+    this.manage = new ManageSection({ root: root.querySelector("[data-section=manage]"), panel: this });
     this.sections = [this.documents, this.proposals, this.history, this.manage];
     $("memory-refresh").addEventListener("click", () => this.load());
   }
@@ -190,30 +187,6 @@ export class MemoryPanel {
     }
   }
 
-  async setSaveMode(mode) {
-    this.modeWrites += 1;
-    try {
-      const settings = await this.client.request("/v1/memory/settings",
-        { method: "PUT", body: { save_mode: mode } });
-      this.extras = { ...this.extras, saveMode: settings.save_mode };
-      this.notice.show(settings.save_mode === "ask"
-        ? "The assistant will ask before saving anything."
-        : "The assistant saves what it learns as it goes.", "success");
-    } catch (error) {
-      if (!isSessionEnd(error)) this.notice.show(`Not changed: ${describe(error)}`, "error");
-    }
-    this.manage.render(this.extras);
-  }
-
-  async exportAll() {
-    try {
-      await saveDownload(await this.client.fetch("/v1/memory/export"));
-      this.notice.show("Export downloaded: your memory, its history and your conversations.", "success");
-    } catch (error) {
-      if (!isSessionEnd(error)) this.notice.show(`Could not export: ${describe(error)}`, "error");
-    }
-  }
-
   // A turn's memory event said `proposed`: show the new card now, not after the answer.
   proposalsChanged() {
     return this.loadExtras();
@@ -274,25 +247,6 @@ export class MemoryPanel {
       }
       return false;
     }
-  }
-
-  async forget() {
-    const confirmed = await confirmAction({
-      title: "Forget everything?",
-      text: "Both memory documents, their history and pending proposals are deleted for good. "
-        + "Conversations and your save setting are kept.",
-      confirm: "Forget everything",
-    });
-    if (!confirmed) return;
-    try {
-      await this.client.request("/v1/memory", { method: "DELETE" });
-    } catch (error) {
-      if (!isSessionEnd(error)) this.notice.show(`Could not forget: ${describe(error)}`, "error");
-      return;
-    }
-    await this.load();
-    this.notice.show("Everything was forgotten.", "success");
-    focusQuietly($("forget"));
   }
 
   // A turn begins: what it changes is judged against the state now.
