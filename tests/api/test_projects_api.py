@@ -26,7 +26,7 @@ from tests.support.scripted import (
     memory_call,
     serve_with_model,
 )
-from tests.support.sse import first, post_chat
+from tests.support.sse import first, post_chat, text_of
 from tests.support.tokens import dev_auth
 
 ALICE, MALLORY = dev_auth("alice"), dev_auth("mallory")
@@ -363,3 +363,26 @@ def test_the_model_writes_its_own_project_and_searches_it_only(engine: Engine, d
     assert in_a["status"] == "none" and outside["status"] == "none"
     assert in_b["status"] == "found" and "walrus" in json.dumps(in_b)  # the control
     model.assert_done()
+
+
+def test_the_offline_model_remembers_work_facts_in_the_project(engine: Engine, db_url: str) -> None:
+    """The built-in offline model (what ./scripts/serve and the browser tests run) saves a work
+    fact said in a project to the project's document, recalls it there, and not elsewhere."""
+    with (
+        serve_with_model(api_settings(db_url)) as url,
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+        project = create(client, "A")["id"]
+        _, events = post_chat(
+            url, ALICE, {"message": "Remember that the build uses make.", "project_id": project}
+        )
+        assert first(events, "memory").data["outcome"] == "committed"
+        state = client.get("/v1/memory", params={"project_id": project}, headers=ALICE).json()
+        assert state["project"]["entries"] == ["The build uses make."]
+        assert state["memory"]["entries"] == []
+        _, events = post_chat(
+            url, ALICE, {"message": "What do you remember?", "project_id": project}
+        )
+        assert "The build uses make." in text_of(events)
+        _, events = post_chat(url, ALICE, {"message": "What do you remember?"})
+        assert "make" not in text_of(events)
