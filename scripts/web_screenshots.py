@@ -307,6 +307,7 @@ def shoot_projects(browser: Browser, base: str, token: str) -> None:
         page.wait_for_selector("#chat-project:not([hidden])")
         page.get_by_role("button", name="Memory", exact=True).click()
         page.wait_for_selector("#doc-project-entries li")
+        page.locator("#doc-project").scroll_into_view_if_needed()
         shot(page, f"phone-project-memory{suffix}")
         page.context.close()
 
