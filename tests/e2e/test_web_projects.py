@@ -408,3 +408,48 @@ def test_projects_are_renamed_conversations_moved_and_deleting_asks_what_becomes
     assert api(server, token, "GET", "/v1/projects").json()["projects"] == []
     open_conversations(page)
     expect(page.locator("#projects-empty")).to_be_visible()
+
+
+@pytest.mark.parametrize("view", views("dark", "light", "dark")[1:2], indirect=True)
+def test_signing_out_leaves_nothing_of_the_projects(server: str, page: Page) -> None:
+    """After sign-out the page holds nothing of the person's projects: not their names (in the
+    sidebar, the header, the project's page, Move's choices, the tab or the composer's hint), nor
+    the project's notes; the next person starts outside projects."""
+    token = sign_in(page, server, "cy-projects")
+    project_id = make_project(server, token, "Secret Client")
+    api(
+        server,
+        token,
+        "POST",
+        f"/v1/memory/operations?project_id={project_id}",
+        json={
+            "operations": [{"target": "project", "action": "add", "content": "Codename Kestrel"}]
+        },
+    )
+    conversation_id = chat_in(server, token, "Name a colour", project_id)
+    page.goto(f"{server}/c/{conversation_id}")
+    expect(page.locator("#chat-project")).to_have_attribute("aria-label", "Project: Secret Client")
+    page.get_by_role("button", name="Move to a project").click()
+    page.get_by_role("button", name="Cancel").click()
+    open_memory(page)
+    expect(page.locator("#doc-project-entries .entry-text")).to_have_text(["Codename Kestrel"])
+    page.goto(f"{server}/p/{project_id}")
+    expect(page.locator("#project-home-title")).to_have_text("Secret Client")
+    expect(page).to_have_title(re.compile("^Secret Client"))
+
+    open_conversations(page)
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.locator("#sign-in")).to_be_visible()
+    for secret in ("Secret Client", "Codename Kestrel"):
+        expect(page.locator("body")).not_to_contain_text(secret)
+    assert "Secret Client" not in page.title()
+    assert page.locator("#move-project option").count() == 0
+    expect(page.get_by_label("Message", exact=True)).to_have_attribute(
+        "placeholder", "Message the assistant"
+    )
+
+    sign_in(page, server, "cy-next")
+    expect(page.locator("#projects-empty")).to_be_attached()
+    expect(page.locator("#project-home")).to_be_hidden()
+    expect(page.locator("#doc-project")).to_be_hidden()
+    expect(page.locator("body")).not_to_contain_text("Secret Client")
