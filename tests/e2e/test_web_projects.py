@@ -453,3 +453,33 @@ def test_signing_out_leaves_nothing_of_the_projects(server: str, page: Page) -> 
     expect(page.locator("#project-home")).to_be_hidden()
     expect(page.locator("#doc-project")).to_be_hidden()
     expect(page.locator("body")).not_to_contain_text("Secret Client")
+
+
+@pytest.mark.parametrize("view", views("light", "dark", "light")[2:], indirect=True)
+def test_in_a_project_the_panel_edits_and_undoes_the_projects_notes(
+    server: str, page: Page
+) -> None:
+    """The panel in a project writes the project's notes (not the general ones), lists that
+    change in its history as "Project notes", and undoes it in the project's scope."""
+    token = sign_in(page, server, "di-projects")
+    project_id = make_project(server, token, "Gamma")
+    page.goto(f"{server}/p/{project_id}")
+    expect(page.locator("#project-home-title")).to_have_text("Gamma")
+    open_memory(page)
+    page.get_by_label("Add to “Project notes”").fill("Gamma ships on Mondays.")
+    page.get_by_label("Add to “Project notes”").press("Enter")
+    expect(page.locator("#doc-project-entries .entry-text")).to_have_text(
+        ["Gamma ships on Mondays."]
+    )
+    scoped = api(server, token, "GET", f"/v1/memory?project_id={project_id}").json()
+    assert scoped["project"]["entries"] == ["Gamma ships on Mondays."]
+    assert api(server, token, "GET", "/v1/memory").json()["memory"]["entries"] == []
+    change = page.locator("#change-list li").first
+    expect(change.locator(".change-text")).to_have_text(
+        "Added to Project notes: Gamma ships on Mondays."
+    )
+    change.get_by_role("button", name=re.compile("^Undo")).click()
+    expect(page.locator("#doc-project-entries .entry-text")).to_have_count(0)
+    expect(page.locator("#memory-notice [role=status]")).to_have_text("Undone: 1 entry removed.")
+    scoped = api(server, token, "GET", f"/v1/memory?project_id={project_id}").json()
+    assert scoped["project"]["entries"] == []
