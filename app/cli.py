@@ -10,10 +10,15 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.settings import Settings, SettingsError, get_settings, load_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 # `serve` is the embedded, try-it-now mode: memory is on unless the environment says otherwise.
 SERVE_DEFAULTS = {"MEMORY_ENABLED": "true", "LOG_FORMAT": "console"}
@@ -37,19 +42,28 @@ def _fail(message: str) -> int:
     return 2
 
 
+@contextmanager
+def _database(settings: Settings, *, migrating: bool = False) -> Iterator[Engine]:
+    """The command's engine, with the service's limits (a migration's longer ones when
+    migrating), disposed when the command is done with it."""
+    from app.db.engine import build_engine, database_limits, migration_limits
+
+    limits = migration_limits(settings) if migrating else database_limits(settings)
+    engine = build_engine(settings.database_url, limits)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
 # -- commands -------------------------------------------------------------------------------
 
 
 def cmd_migrate(_args: argparse.Namespace) -> int:
-    from app.db.engine import build_engine, migration_limits
     from app.db.migrate import head_revision, upgrade
 
-    settings = load_settings()
-    engine = build_engine(settings.database_url, migration_limits(settings))
-    try:
+    with _database(load_settings(), migrating=True) as engine:
         upgrade(engine)
-    finally:
-        engine.dispose()
     print(f"database migrated to {head_revision()}")
     return 0
 
@@ -57,7 +71,6 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.db.engine import build_engine, migration_limits
     from app.db.migrate import upgrade
     from app.http_protocol import PROTOCOL_PATH
     from app.memory.flags import MEMORY_FLAG, seed_flag
@@ -66,14 +79,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ.setdefault(name, value)
     get_settings.cache_clear()
     settings = get_settings()  # validates, and creates the dev secret file when needed
-    engine = build_engine(settings.database_url, migration_limits(settings))
-    try:
+    with _database(settings, migrating=True) as engine:
         upgrade(engine)
         # Stored, not just in this process's environment: `flags get` and every other process
         # on this database then report the flag this server follows.
         seed_flag(engine, MEMORY_FLAG, settings.memory_enabled, updated_by="serve")
-    finally:
-        engine.dispose()
     own_metrics = _share_metrics() if args.workers > 1 else None
     url = f"http://{args.host}:{args.port}"
     print(
@@ -123,21 +133,20 @@ def _actor() -> str:
 
 
 def cmd_flags(args: argparse.Namespace) -> int:
-    from app.db.engine import build_engine, database_limits
     from app.memory.flags import KNOWN_FLAGS, read_flag, write_flag
 
     settings = load_settings()
-    engine = build_engine(settings.database_url, database_limits(settings))
     try:
-        if args.flags_command == "set":
-            state = write_flag(engine, args.name, args.value == "on", updated_by=_actor())
-            print(f"{state.name}: {'on' if state.enabled else 'off'} (database)")
+        with _database(settings) as engine:
+            if args.flags_command == "set":
+                state = write_flag(engine, args.name, args.value == "on", updated_by=_actor())
+                print(f"{state.name}: {'on' if state.enabled else 'off'} (database)")
+                return 0
+            for name in KNOWN_FLAGS:
+                default = settings.memory_enabled if name == "memory" else False
+                state = read_flag(engine, name, default)
+                print(f"{state.name}: {'on' if state.enabled else 'off'} ({state.source})")
             return 0
-        for name in KNOWN_FLAGS:
-            default = settings.memory_enabled if name == "memory" else False
-            state = read_flag(engine, name, default)
-            print(f"{state.name}: {'on' if state.enabled else 'off'} ({state.source})")
-        return 0
     except Exception as error:
         # Never a guessed default: a server that cannot read the table runs with memory off.
         print(
@@ -146,24 +155,17 @@ def cmd_flags(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    finally:
-        engine.dispose()
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from app.db.engine import build_engine, database_limits
     from app.operators import audit
 
-    settings = load_settings()
-    engine = build_engine(settings.database_url, database_limits(settings))
     try:
-        with engine.connect() as connection:
+        with _database(load_settings()) as engine, engine.connect() as connection:
             entries = audit.entries(connection, limit=args.limit, before=args.before)
     except Exception as error:
         print(f"error: the audit log cannot be read ({type(error).__name__})", file=sys.stderr)
         return 1
-    finally:
-        engine.dispose()
     for entry in entries:
         print(
             json.dumps(
@@ -203,7 +205,6 @@ def cmd_token(args: argparse.Namespace) -> int:
 def cmd_users_erase(args: argparse.Namespace) -> int:
     from app.api.auth import subject_problem
     from app.conversations.service import ConversationService
-    from app.db.engine import build_engine, database_limits
     from app.erasure import audit
     from app.erasure.service import ErasureService
     from app.runtime import build_memory_service
@@ -212,11 +213,11 @@ def cmd_users_erase(args: argparse.Namespace) -> int:
     if problem is not None:
         return _fail(f"SUBJECT {problem}")
     settings = get_settings()
-    engine = build_engine(settings.database_url, database_limits(settings))
     try:
-        memory = build_memory_service(settings, engine)
-        erasure = ErasureService(engine, memory, ConversationService(engine))
-        report = erasure.erase(args.subject)
+        with _database(settings) as engine:
+            memory = build_memory_service(settings, engine)
+            erasure = ErasureService(engine, memory, ConversationService(engine))
+            report = erasure.erase(args.subject)
     except Exception as error:
         print(
             f"error: the erasure did not complete ({type(error).__name__}); "
@@ -224,8 +225,6 @@ def cmd_users_erase(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    finally:
-        engine.dispose()
     others = "".join(f", {name}: {count}" for name, count in report.others.items())
     print(
         f"erased: memory documents: {report.memory_documents}, "
@@ -245,7 +244,6 @@ def cmd_users_erase(args: argparse.Namespace) -> int:
 
 def cmd_purge(_args: argparse.Namespace) -> int:
     from app.conversations.service import ConversationService
-    from app.db.engine import build_engine, database_limits
     from app.erasure.retention import RetentionPolicy, purge
     from app.runtime import build_memory_service
 
@@ -255,10 +253,10 @@ def cmd_purge(_args: argparse.Namespace) -> int:
         history_days=settings.retention_history_days,
         batch_size=settings.retention_batch_size,
     )
-    engine = build_engine(settings.database_url, database_limits(settings))
     try:
-        memory = build_memory_service(settings, engine)
-        report = purge(engine, memory, ConversationService(engine), policy)
+        with _database(settings) as engine:
+            memory = build_memory_service(settings, engine)
+            report = purge(engine, memory, ConversationService(engine), policy)
     except Exception as error:
         print(
             f"error: the purge stopped ({type(error).__name__}); what it removed stays removed, "
@@ -266,8 +264,6 @@ def cmd_purge(_args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    finally:
-        engine.dispose()
     print(
         f"purged: conversations: {report.conversations} "
         f"(RETENTION_CONVERSATION_DAYS={policy.conversation_days or 'off'}), "

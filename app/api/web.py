@@ -46,6 +46,13 @@ async def conversation_page(conversation_id: str) -> FileResponse:
     return FileResponse(WEB_ROOT / "index.html", headers=PAGE_HEADERS)
 
 
+# A project's address (its conversations and "New chat in project"): the same page, on the same
+# terms as a conversation's.
+@router.get("/p/{project_id}", include_in_schema=False)
+async def project_page(project_id: str) -> FileResponse:
+    return FileResponse(WEB_ROOT / "index.html", headers=PAGE_HEADERS)
+
+
 # Browsers, bookmarks and feed readers ask the root for the icon whatever the page links to.
 @router.get("/favicon.ico", include_in_schema=False)
 async def favicon() -> FileResponse:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,22 +210,36 @@ class InThread:
         return self._outcome[0]
 
 
-@contextmanager
-def service(db_url: str) -> Iterator[tuple[str, Runtime]]:
-    app = create_app(api_settings(db_url))
-    with live_server(app) as url:
-        yield url, app.state.runtime
+@pytest.fixture(scope="module")
+def services() -> Iterator[Callable[[str], tuple[str, Runtime]]]:
+    """One live service per database for the module's cases (each case has its own users),
+    started when a case first needs it."""
+    started: dict[str, tuple[str, Runtime]] = {}
+    with ExitStack() as stack:
+
+        def service(db_url: str) -> tuple[str, Runtime]:
+            if db_url not in started:
+                app = create_app(api_settings(db_url))
+                started[db_url] = (stack.enter_context(live_server(app)), app.state.runtime)
+            return started[db_url]
+
+        yield service
 
 
 @pytest.mark.parametrize(("first_writer", "second_writer"), PAIRS, ids=["-".join(p) for p in PAIRS])
 def test_two_writers_of_one_user_end_as_one_serial_order(
-    engine: Engine, db_url: str, first_writer: str, second_writer: str
+    engine: Engine,
+    db_url: str,
+    services: Callable[[str], tuple[str, Runtime]],
+    first_writer: str,
+    second_writer: str,
 ) -> None:
     """A holds the user's lock; B, sent meanwhile, waits for it (seen blocked on the servers);
     once A is let go both answer, and responses and state equal A-then-B run serially."""
     a_name, a_request = WRITERS[first_writer]
     b_name, b_request = WRITERS[second_writer]
-    with service(db_url) as (url, runtime), httpx.Client(base_url=url, timeout=60) as client:
+    url, runtime = services(db_url)
+    with httpx.Client(base_url=url, timeout=60) as client:
         oracle = f"oracle-{uuid.uuid4().hex[:8]}"
         oracle_seed = seed(client, oracle)
         expected = (

@@ -3,10 +3,6 @@ worker answers the scrape, and a worker's open-stream gauge leaves with it."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -15,54 +11,15 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.test_serve_workers import REPO, children, is_worker
-from tests.support.server import free_port
+from tests.support.serve_process import serve_workers
 
 ROUND = 16  # requests per round, 8 at a time, each on its own connection
 
 
 @contextmanager
 def serve_two_workers(tmp_path: Path, metrics_dir: Path) -> Iterator[str]:
-    port = free_port()
-    environment = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("AUTH_", "DATABASE_", "MEMORY_", "LLM_", "FLAG_", "WEB_", "USER_"))
-    }
-    environment.update(
-        PYTHONPATH=str(REPO),
-        DATABASE_URL=f"sqlite:///{tmp_path / 'workers.db'}",
-        AUTH_DEV_SECRET_FILE=str(tmp_path / "dev-secret"),
-        LOG_FORMAT="console",
-        PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
-    )
-    command = [sys.executable, "-m", "app", "serve", "--port", str(port), "--workers", "2"]
-    process = subprocess.Popen(
-        [*command, "--log-level", "warning"],
-        cwd=tmp_path,
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, process.communicate()[1]
-            workers = [pid for pid in children(process.pid) if is_worker(pid)]
-            try:
-                ready = httpx.get(f"{base}/readyz", timeout=1).status_code == 200
-            except httpx.TransportError:
-                ready = False
-            if ready and len(workers) == 2:
-                break
-            assert time.monotonic() < deadline, f"serve did not start two workers ({workers})"
-            time.sleep(0.1)  # poll interval only; the outcome is checked above
-        yield base
-    finally:
-        process.terminate()
-        process.communicate(timeout=30)
+    with serve_workers(tmp_path, 2, PROMETHEUS_MULTIPROC_DIR=str(metrics_dir)) as served:
+        yield served.base
 
 
 def healthz_count(base: str) -> float:

@@ -115,6 +115,18 @@ def test_the_page_policy_stays_strict(server: str) -> None:
         assert "eval(" not in text and "new Function" not in text and "innerHTML" not in text
 
 
+@pytest.mark.parametrize("address", ["/c/0b9c6a1e-5f0e-4c1a-9d7e-2f4b8a6c3d10", "/p/any-id"])
+def test_every_page_address_is_the_page_with_its_policy(server: str, address: str) -> None:
+    """A conversation's and a project's address answer the page itself, with the root's headers
+    (its policy and no-cache): a reload or a bookmark opens the client, never a 404."""
+    root = httpx.get(server, timeout=10)
+    page = httpx.get(server + address, timeout=10)
+    assert page.status_code == 200
+    assert page.content == root.content
+    for header in ("content-security-policy", "cache-control", "x-content-type-options"):
+        assert page.headers[header] == root.headers[header]
+
+
 @pytest.mark.parametrize(
     "path",
     [path for path in OWN_FILES if path.suffix == ".js"],
