@@ -55,7 +55,8 @@ export class ProjectPage {
     $("project-chats").replaceChildren(...conversations.map((conversation) => {
       const title = conversation.title || "New conversation";
       const when = parseTimestamp(conversation.updated_at) || now;
-      const open = el("button", { className: "project-chat", attrs: { type: "button", title: fullWhen(when) } }, [
+      const open = el("button", { className: "project-chat",
+        attrs: { type: "button", title: fullWhen(when) } }, [
         el("span", { className: "project-chat-title", text: title }),
         el("span", { className: "muted small", text: relativeWhen(when, now) }),
       ]);

@@ -36,8 +36,12 @@ export function projectParts(page) {
     onDeleted: async (projectId, choice) => {
       const { chat } = page;
       if (chat.projectId === projectId) {
-        if (chat.conversationId && choice === "detach") chat.open(chat.conversationId, null, { fromAddress: true });
-        else chat.newConversation();
+        // The chat was in it: a conversation moved out is reopened there, else a new chat.
+        if (chat.conversationId && choice === "detach") {
+          chat.open(chat.conversationId, null, { fromAddress: true });
+        } else {
+          chat.newConversation();
+        }
       }
       await page.conversations.load();
       page.notice.show({ delete: "Project deleted, with its conversations.",

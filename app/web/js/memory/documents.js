@@ -1,7 +1,8 @@
 // The memory panel's documents section: "About you", in a project "Project notes", and "Agent
 // notes" (outside projects, or in a project that uses them), each labelled with where its
-// entries apply, with its usage bar, its entries (edit, remove) and a field to add one. Every change goes through `apply`, which
-// sends it to the API; this module only shows state and collects the person's edits.
+// entries apply, with its usage bar, its entries (edit, remove) and a field to add one. Every
+// change goes through `apply`, which sends it to the API; this module only shows state and
+// collects the person's edits.
 //
 // Entries are rendered as the chat renders answers (safe markdown: markdown.js). Each entry's
 // origin line opens, on demand, every change that touched it.

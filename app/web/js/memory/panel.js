@@ -2,7 +2,7 @@
 //
 // The panel is a stack of sections, each its own module with `render(...)` and `reset()`: the
 // documents (each entry with its origin), pending proposals (Accept/Reject), the history with
-// Undo, and the manage section (save mode, Export, Forget everything: manage.js). Every change is rendered
+// Undo, and the manage section (save mode, Export, Forget everything). Every change is rendered
 // from the API's answer, once; the panel never guesses the state.
 //
 // The panel shows the memory of the place the chat is in (its scope): outside projects, or one
