@@ -244,8 +244,12 @@ def test_a_project_keeps_its_notes_and_the_panel_says_where_each_entry_applies(
     )
     expect(page.locator("#memory")).not_to_contain_text(PROJECT_FACT)
 
-    # The project opts into the general notes: they show there, labelled as shared.
-    open_project(page, "Client A")
+    # "New chat in Client A" opens its page, ready to write; the project opts into the general
+    # notes there: they show in its panel, labelled as shared.
+    open_conversations(page)
+    page.get_by_role("button", name="New chat in Client A").click()
+    expect(page.locator("#project-home-title")).to_have_text("Client A")
+    expect(page.get_by_label("Message", exact=True)).to_be_focused()
     switch = page.get_by_label("Also use my general agent notes")
     expect(switch).not_to_be_checked()
     switch.check()

@@ -46,8 +46,12 @@ export class ProjectRows {
         className: "open project-open", iconName: "folder" });
       open.dataset.project = project.id;
       open.title = project.name;
+      // The same place as the row (the project's page is a new chat in it), named for what it does.
+      const start = button("New chat", () => this.onOpen(project.id), { className: "new-in-project",
+        iconName: "new-chat", iconOnly: true, label: `New chat in ${project.name}` });
       const items = conversationsOf(project);
-      const row = el("li", { className: "project" }, [el("div", { className: "conversation" }, [open])]);
+      const row = el("li", { className: "project" },
+        [el("div", { className: "conversation" }, [open, start])]);
       if (items.length) {
         row.append(el("ul", { className: "project-conversations",
           attrs: { "aria-label": `Conversations in ${project.name}` } }, items));
