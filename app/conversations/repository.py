@@ -74,17 +74,16 @@ def create(
     project_id: str | None = None,
 ) -> None:
     stamp = stamp or now()
-    connection.execute(
-        _CREATE,
-        {
-            "id": conversation_id,
-            "user_id": user_id,
-            "title": title,
-            "created_at": stamp,
-            "updated_at": stamp,
-            "project_id": project_id,
-        },
-    )
+    values = {
+        "id": conversation_id,
+        "user_id": user_id,
+        "title": title,
+        "created_at": stamp,
+        "updated_at": stamp,
+    }
+    if project_id is not None:  # outside projects the row is written as before revision 0012
+        values["project_id"] = project_id
+    connection.execute(_CREATE, values)
 
 
 _OWNER = bindparam("owner_id", type_=conversations.c.user_id.type)

@@ -16,13 +16,15 @@ from sqlalchemy import Engine, inspect, text
 from app.db.migrate import upgrade
 from app.db.writers import maintenance
 from app.memory import history, proposals
-from app.memory.provenance import Provenance
-from app.memory.rules import Operation
+from app.memory.provenance import batches_to_json, changes_to_json
+from app.memory.rules import SEPARATOR, Change, Operation
 from app.memory.service import MemoryService
 from tests.support.databases import migrate
 
 BEFORE = "0011"
 PROJECT = "7d3f1a52-0a4e-4f5b-9b8e-2c1d3e4f5a6b"
+CHANGE = "1b2c3d4e-0000-4000-8000-000000000001"
+PROPOSAL = "1b2c3d4e-0000-4000-8000-000000000002"
 CONVERSATION = "c0ffee00-0000-4000-8000-000000000001"
 
 
@@ -74,37 +76,54 @@ def plant_project_rows(engine: Engine, *, conversation: bool = True) -> None:
         )
 
 
-def general_state(engine: Engine) -> tuple[object, ...]:
-    service = MemoryService(engine)
-    with engine.connect() as connection:
-        entries = history.page(connection, "alice", limit=None)
-        pending = proposals.pending(connection, "alice")
-    return (
-        service.read("alice"),
-        [(entry.id, entry.changes, entry.provenance) for entry in entries or []],
-        [(proposal.id, proposal.batches) for proposal in pending],
-    )
-
-
 def test_existing_memory_reads_the_same_after_the_upgrade(fresh_engine: Engine) -> None:
-    """Documents, history and proposals written under 0011 read identically at 0012."""
+    """Documents, history and proposals as revision 0011 stored them (planted in its own
+    schema) read at 0012 exactly as written, all outside any project; the documents' rows
+    are untouched, byte for byte."""
     migrate(fresh_engine, BEFORE)
-    service = MemoryService(fresh_engine)
-    service.commit_operations("alice", add("user", "Name: Alice."))
-    service.commit_operations("alice", add("memory", "Deploys with make."))
-    service.set_save_mode("alice", "ask")
-    service.commit_operations(
-        "alice", add("memory", "Proposed fact."), provenance=Provenance("turn"), may_propose=True
-    )
-    before = general_state(fresh_engine)
+    stamp = datetime.now(UTC).replace(tzinfo=None)
+    change = Change("memory", "add", None, "Deploys with make.")
+    staged = ((Operation("memory", "add", content="Proposed fact."),),)
+    with fresh_engine.begin() as connection, maintenance(connection):
+        connection.execute(
+            text(
+                "INSERT INTO agent_memory (user_id, memory_type, content) VALUES "
+                "('alice', 'user', 'Name: Alice.'), ('alice', 'memory', :memory)"
+            ),
+            {"memory": SEPARATOR.join(["Deploys with make.", "Uses tabs."])},
+        )
+        connection.execute(
+            text(
+                "INSERT INTO amem_memory_changes (id, user_id, source, operations, created_at) "
+                "VALUES (:id, 'alice', 'api', :operations, :at)"
+            ),
+            {"id": CHANGE, "operations": changes_to_json([change]), "at": stamp},
+        )
+        connection.execute(
+            text(
+                "INSERT INTO amem_memory_proposals (id, user_id, batches, created_at, expires_at) "
+                "VALUES (:id, 'alice', :batches, :at, :later)"
+            ),
+            {
+                "id": PROPOSAL,
+                "batches": batches_to_json(staged),
+                "at": stamp,
+                "later": stamp + timedelta(days=1),
+            },
+        )
     with fresh_engine.connect() as connection:
         memory_rows = connection.execute(
             text("SELECT user_id, memory_type, content, created_at FROM agent_memory ORDER BY 2")
         ).all()
 
     upgrade(fresh_engine)
-    assert general_state(fresh_engine) == before
+    snapshot = MemoryService(fresh_engine).read("alice")
+    assert snapshot.user == ("Name: Alice.",)
+    assert snapshot.memory == ("Deploys with make.", "Uses tabs.")
+    assert snapshot.project == () and "project" not in snapshot.targets
     with fresh_engine.connect() as connection:
+        [entry] = history.page(connection, "alice", limit=None, project_id=None) or []
+        [proposal] = proposals.pending(connection, "alice", project_id=None)
         assert (
             connection.execute(
                 text(
@@ -113,9 +132,8 @@ def test_existing_memory_reads_the_same_after_the_upgrade(fresh_engine: Engine) 
             ).all()
             == memory_rows
         )
-        for table in ("amem_memory_changes", "amem_memory_proposals"):
-            nulls = connection.execute(text(f"SELECT project_id FROM {table}")).scalars().all()
-            assert nulls and all(value is None for value in nulls)
+    assert (entry.id, entry.changes, entry.project_id) == (CHANGE, (change,), None)
+    assert (proposal.id, proposal.batches, proposal.project_id) == (PROPOSAL, staged, None)
 
 
 def test_downgrade_keeps_what_the_previous_schema_reads(fresh_engine: Engine) -> None:
