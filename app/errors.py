@@ -10,14 +10,18 @@ class AppError(Exception):
     code = "bad_request"
     headers: dict[str, str] | None = None
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, code: str | None = None, details: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
+        # More fields of the error object (a project's conversation count), never content.
+        self.details = details or {}
         if code is not None:
             self.code = code
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message}}
+        return {"error": {"code": self.code, "message": self.message, **self.details}}
 
 
 class Unauthorized(AppError):

@@ -25,6 +25,7 @@ from app.api import (
     memory_proposals,
     metrics,
     openai_compat,
+    projects,
     web,
 )
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
@@ -89,6 +90,7 @@ def create_app(
         memory_history,
         memory_proposals,
         memory_import,
+        projects,
         admin,
         account,
         admin_records,

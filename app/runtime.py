@@ -137,6 +137,8 @@ def write_limits(settings: Settings) -> WriteLimits:
         history=settings.memory_history_limit,
         proposals=settings.memory_proposal_limit,
         proposal_ttl=timedelta(hours=settings.memory_proposal_ttl_hours),
+        project_chars=settings.project_memory_chars,
+        projects=settings.projects_max,
     )
 
 

@@ -99,10 +99,13 @@ class Settings(BaseSettings):
     memory_history_limit: int = Field(default=200, ge=1, le=100_000)
     memory_proposal_limit: int = Field(default=20, ge=1, le=1000)
     memory_proposal_ttl_hours: float = Field(default=168.0, gt=0, le=24 * 366)
+    # Projects (docs/api.md "Projects"): each project's document bound, and projects per person.
+    project_memory_chars: int = Field(default=2_200, ge=100, le=10_000)
+    projects_max: int = Field(default=100, ge=1, le=10_000)
     # GET /v1/memory/export reads and writes this many rows at a time (history, conversations,
     # messages): its memory is bounded by a page, whatever the transcript's size.
     export_page_rows: int = Field(default=200, ge=1, le=10_000)
-    prompt_version: str = Field(default="v3", pattern=r"^v\d+$")
+    prompt_version: str = Field(default="v4", pattern=r"^v\d+$")
     eval_prompt_version: str = Field(default="v1", pattern=r"^v\d+$")
     history_messages: int = Field(default=20, ge=0, le=200)
     max_message_chars: int = Field(default=32_000, ge=1, le=200_000)

@@ -99,6 +99,13 @@ SIDEBAR_PROMPTS = [
     "Explain the difference between TCP and UDP",
     "Plan a weekend in Lisbon with two kids",
 ]
+PROJECT_NAME = "Client: Atlas Logistics"
+PROJECT_NOTES = [
+    "Atlas deploys on Fridays after their change board; no releases on public holidays.",
+    "Their warehouse API is Django 4.2 on PostgreSQL 15; staging is `atlas-stg`.",
+    "Contact: Priya (engineering lead) prefers a written summary before any call.",
+]
+PROJECT_QUESTION = "Plan a weekend in Lisbon with two kids"
 MEMORY_PROMPTS = [
     "remember that I prefer short answers",
     "my name is Sam",
@@ -264,6 +271,47 @@ def stream_and_stop(page: Page, base: str, token: str, name: str, beyond: int) -
             httpx.delete(f"{base}/v1/conversations/{conversation['id']}", headers=headers)
 
 
+def shoot_projects(browser: Browser, base: str, token: str) -> None:
+    """A client's project: its page, and one of its chats with the project's notes in the panel
+    (labelled with where each document applies), on a desktop and a phone."""
+    headers = {"authorization": f"Bearer {token}"}
+    project = httpx.post(
+        f"{base}/v1/projects", json={"name": PROJECT_NAME}, headers=headers, timeout=10
+    ).json()
+    operations = [{"target": "project", "action": "add", "content": note} for note in PROJECT_NOTES]
+    httpx.post(
+        f"{base}/v1/memory/operations?project_id={project['id']}",
+        json={"operations": operations},
+        headers=headers,
+        timeout=10,
+    ).raise_for_status()
+    body = {"message": PROJECT_QUESTION, "project_id": project["id"]}
+    with httpx.stream("POST", f"{base}/v1/chat", json=body, headers=headers, timeout=30) as reply:
+        for _line in reply.iter_lines():
+            pass
+    for dark in (False, True):
+        suffix = "-dark" if dark else ""
+        page = open_page(browser, base, token, phone=False, dark=dark)
+        page.goto(f"{base}/p/{project['id']}")
+        page.wait_for_selector("#project-chats li")
+        page.wait_for_selector("#doc-project-entries li")
+        shot(page, f"desktop-project{suffix}")
+        page.locator("#project-chats .project-chat").first.click()
+        page.wait_for_selector("#messages > li.assistant[data-state=done]")
+        page.wait_for_selector("#chat-project:not([hidden])")
+        shot(page, f"desktop-project-chat{suffix}")
+        page.context.close()
+        page = open_page(browser, base, token, phone=True, dark=dark)
+        page.get_by_role("button", name="Conversations", exact=True).click()
+        page.locator("#project-list .project-conversations .open").first.click()
+        page.wait_for_selector("#chat-project:not([hidden])")
+        page.get_by_role("button", name="Memory", exact=True).click()
+        page.wait_for_selector("#doc-project-entries li")
+        page.locator("#doc-project").scroll_into_view_if_needed()
+        shot(page, f"phone-project-memory{suffix}")
+        page.context.close()
+
+
 def main() -> None:
     os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
     OUT.mkdir(parents=True, exist_ok=True)
@@ -363,6 +411,8 @@ def main() -> None:
                 stream_and_stop(page, base, token, f"phone-streaming{suffix}", 900)
                 transport.delay_seconds = 0.0
                 page.context.close()
+
+            shoot_projects(browser, base, token)
             browser.close()
 
 

@@ -16,7 +16,7 @@ from app.agent.events import SEARCH_TOOL_NAME
 from app.agent.llm import ModelClient, build_model_client
 from app.agent.prompts import MemoryView, PromptLibrary
 from app.agent.search_tool import SEARCH_TOOL
-from app.agent.tools import MEMORY_TOOL
+from app.agent.tools import MEMORY_TOOL, memory_tool
 from app.concurrency import to_thread
 from app.memory.contract import MEMORY_TOOL_NAME
 from app.settings import Settings
@@ -49,7 +49,9 @@ class Agent:
             )
         wanted = {MEMORY_TOOL_NAME: memory.tool_offered, SEARCH_TOOL_NAME: search}
         offered = tuple(
-            tool for tool in self.registered_tools if wanted.get(str(tool["function"]["name"]))
+            memory_tool(memory.targets) if tool is MEMORY_TOOL else tool
+            for tool in self.registered_tools
+            if wanted.get(str(tool["function"]["name"]))
         )
         return dataclasses.replace(
             self,

@@ -16,6 +16,7 @@ from app.agent.request import TurnServices
 from app.concurrency import finish_even_if_cancelled
 from app.memory.flags import FlagStatus
 from app.memory.ledger import MemoryLedger
+from app.memory.projects import Scope
 from app.memory.provenance import Provenance
 from app.memory.rules import MemoryValidationError, Snapshot
 from app.memory.service import CommitResult
@@ -90,6 +91,7 @@ class CommitPoint:
                     provenance=Provenance("turn", ctx.turn_id, ctx.conversation_id),
                     may_propose=True,  # the user's save mode decides, inside the transaction
                     begun_at=ctx.begun_at,
+                    scope=Scope(ctx.project_id, owner=False),
                 )
             )
             try:

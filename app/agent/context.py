@@ -12,7 +12,7 @@ from app.conversations.service import ConversationService
 from app.memory.ledger import MemoryLedger
 from app.memory.provenance import SaveMode
 from app.memory.render import MemoryStatus
-from app.memory.rules import Snapshot
+from app.memory.rules import GENERAL_TARGETS, Snapshot, Target
 
 # After this many rejected memory calls in one turn the tool tells the model to stop trying.
 MAX_REJECTED_CALLS = 3
@@ -56,6 +56,19 @@ class TurnContext:
     # The person's save mode as read at turn start ("ask": staged edits become a proposal they
     # review); None when unknown. It words the tool's result and the prompt, nothing more.
     save_mode: SaveMode | None = None
+    # The project the turn runs in (the conversation's), and its name for the prompt; None
+    # outside projects. Memory, search and the commit are scoped by it, never by an argument.
+    project_id: str | None = None
+    project_name: str | None = None
+
+    @property
+    def memory_targets(self) -> tuple[Target, ...]:
+        """The documents the memory tool may name this turn: those of the scope read at turn
+        start; when memory could not be read in a project, the project's least (user and
+        project: the general document is never offered on a guess)."""
+        if self.baseline_read and self.memory_status != "disabled":
+            return self.baseline.targets
+        return ("user", "project") if self.project_id is not None else GENERAL_TARGETS
 
     @property
     def memory_tool_offered(self) -> bool:

@@ -17,6 +17,7 @@ from app.db.admission import DatabaseBusyError, admitted
 from app.db.deadline import DeadlineExceededError, within
 from app.erasure import audit
 from app.memory.ledger import MemoryLedger
+from app.memory.projects import Scope
 from app.memory.provenance import SaveMode
 from app.memory.render import MemoryStatus
 from app.memory.rules import Snapshot
@@ -116,6 +117,8 @@ async def _open(
         begun_at=begun_at,
         search=services.search if request.user_id is not None else None,
         search_timeout_seconds=services.settings.search_timeout_seconds,
+        project_id=request.project_id,
+        project_name=request.project_name,
     )
 
 
@@ -134,15 +137,19 @@ async def _load_memory(
         return _Memory("unavailable", Snapshot(), None, read=False)
     mode: SaveMode | None = None
     try:
+        # In a project: the model's scope (user profile, the project's document, the general
+        # document only when the project is opted into it), fixed by the request, never by
+        # anything the model says.
+        scope = Scope(request.project_id, owner=False)
         if flag == "enabled" and services.control is not None:
             # The save mode words the turn (its edits saved, or held for approval); it is read
-            # in the memory read's statement. The commit point reads it again in its own
-            # transaction: this read only words the turn.
+            # with the memory. The commit point reads it again under the writer lock: this
+            # read only words the turn.
             snapshot, mode = await memory.read_with_save_mode_async(
-                user_id, seconds=remaining(deadline)
+                user_id, seconds=remaining(deadline), scope=scope
             )
         else:
-            snapshot = await memory.read_async(user_id, seconds=remaining(deadline))
+            snapshot = await memory.read_async(user_id, seconds=remaining(deadline), scope=scope)
     except Exception as error:
         memory_read_failed(turn_id=turn_id, error_type=type(error).__name__, source="memory")
         status: MemoryStatus = "unavailable" if flag == "enabled" else "disabled"
@@ -169,7 +176,7 @@ async def _store_message(
         if existing is None:
             created = await within(
                 seconds,
-                lambda: conversations.create(user_id, turn_id, message),
+                lambda: conversations.create(user_id, turn_id, message, request.project_id),
                 what="conversation create",
             )
             return created, "stored" if created is not None else "unavailable"

@@ -11,8 +11,8 @@ from typing import Literal
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 
 from app.memory.provenance import SaveMode
-from app.memory.render import BlockTags, MemoryStatus, render_block
-from app.memory.rules import LIMITS, MemoryUsage, Snapshot
+from app.memory.render import BlockTags, MemoryStatus, encode_entry, render_block
+from app.memory.rules import GENERAL_TARGETS, LIMITS, MemoryUsage, Snapshot, Target
 
 PROMPTS_ROOT = Path(__file__).resolve().parents[2] / "prompts"
 PromptKind = Literal["system", "eval"]
@@ -27,12 +27,16 @@ def new_block_tags() -> BlockTags:
 @dataclass(frozen=True)
 class MemoryView:
     """The runtime values the system template needs; an unavailable read renders empty.
-    `save_mode` is the person's, read at turn start (None: unknown, rendered as "unknown")."""
+    `save_mode` is the person's, read at turn start (None: unknown, rendered as "unknown").
+    `targets`: the documents of the turn's scope; `project_name` the project's (None outside
+    projects), rendered as a JSON string literal like an entry: a name is data."""
 
     status: MemoryStatus
     snapshot: Snapshot
     tool_offered: bool
     save_mode: SaveMode | None = None
+    targets: tuple[Target, ...] = GENERAL_TARGETS
+    project_name: str | None = None
 
     def variables(self, tags: BlockTags) -> dict[str, object]:
         shown = self.status == "available"
@@ -48,6 +52,13 @@ class MemoryView:
             "user_memory_limit": LIMITS["user"],
             "memory_used": usage.memory,
             "memory_limit": LIMITS["memory"],
+            # Projects (prompt v4): whether the turn runs in one, its name as a string literal,
+            # whether the general document is in its scope, and the project document's usage.
+            "in_project": "project" in self.targets,
+            "project_name": encode_entry(self.project_name or ""),
+            "general_memory": "memory" in self.targets,
+            "project_memory_used": usage.project or 0,
+            "project_memory_limit": self.snapshot.project_limit,
         }
 
 

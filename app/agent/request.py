@@ -40,6 +40,10 @@ class TurnRequest:
     # The turn this one replaces in the conversation (regenerate, edit-and-resend): when the
     # message is stored, that turn and every later one become replaced versions, kept.
     replaces: str | None = None
+    # The project the turn runs in: the conversation's (from its row), or for a new one the
+    # caller's project it starts in, checked as theirs by the route. None: outside projects.
+    project_id: str | None = None
+    project_name: str | None = None
 
 
 @dataclass(frozen=True)

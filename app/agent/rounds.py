@@ -72,7 +72,14 @@ async def run_rounds(
 ) -> FinishReason:
     memory = None
     if ctx.user_id is not None and shared.uses_memory:
-        memory = MemoryView(ctx.memory_status, ctx.baseline, ctx.memory_tool_offered, ctx.save_mode)
+        memory = MemoryView(
+            ctx.memory_status,
+            ctx.baseline,
+            ctx.memory_tool_offered,
+            ctx.save_mode,
+            ctx.memory_targets,
+            ctx.project_name,
+        )
     # A request-local copy; the shared agent is untouched.
     agent = shared.for_turn(memory, search=ctx.search_tool_offered)
     messages = _initial_messages(agent, request)

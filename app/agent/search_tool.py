@@ -166,7 +166,11 @@ async def _run(ctx: TurnContext, raw_arguments: str, oversized: bool) -> SearchT
     try:
         results = await within(
             ctx.search_timeout_seconds,
-            lambda: search.search(user_id, query, limit, exclude_turn_id=ctx.turn_id),
+            # In a project, that project's conversations only; outside, only conversations in
+            # no project: another project's transcripts are never searched by a turn.
+            lambda: search.search(
+                user_id, query, limit, exclude_turn_id=ctx.turn_id, project=ctx.project_id
+            ),
             what="conversation search",
         )
     except Exception as error:  # DeadlineExceededError or any database failure: fail open

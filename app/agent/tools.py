@@ -16,7 +16,7 @@ from app.agent.events import SEARCH_TOOL_NAME, ToolOutcome
 from app.memory.contract import MEMORY_TOOL_NAME, operations_schema
 from app.memory.ledger import stage_operations
 from app.memory.parsing import parse_operations
-from app.memory.rules import MemoryValidationError
+from app.memory.rules import GENERAL_TARGETS, MemoryValidationError, Target
 from app.telemetry import (
     capture_content,
     count_targets,
@@ -56,6 +56,34 @@ MEMORY_TOOL: dict[str, Any] = {
         "parameters": operations_schema(),
     },
 }
+
+
+_HEADINGS = {
+    "user": "USER PROFILE = target 'user'",
+    "memory": "AGENT MEMORY = target 'memory'",
+    "project": "PROJECT MEMORY = target 'project', this project's only",
+}
+
+
+def memory_tool(targets: tuple[Target, ...]) -> dict[str, Any]:
+    """The tool as offered in a scope: its `target` enum is exactly the scope's targets (there
+    is no argument that names a project: the turn's conversation decides it)."""
+    if targets == GENERAL_TARGETS:
+        return MEMORY_TOOL
+    stores = ", ".join(_HEADINGS[target] for target in targets)
+    return {
+        "type": "function",
+        "function": {
+            "name": MEMORY_TOOL_NAME,
+            "description": (
+                f"Propose edits to the user's persistent memory ({stores}). Edits are saved "
+                "only if this turn completes. add needs content; replace needs match (a unique "
+                "substring) and the complete new entry; remove needs match. The batch is "
+                "ordered; capacity is checked after it."
+            ),
+            "parameters": operations_schema(targets),
+        },
+    }
 
 
 @dataclass(frozen=True)

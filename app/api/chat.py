@@ -17,6 +17,7 @@ from app.api import ui_stream
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import BODY_ERRORS, error_responses
 from app.api.limiting import releasing
+from app.api.project_scope import find_project
 from app.api.sse import event_stream_response
 from app.conversations.service import TurnNotCurrent
 from app.db.deadline import within
@@ -24,20 +25,23 @@ from app.errors import NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessa
 from app.operators.limits import Caller
 from app.runtime import Runtime
 from app.settings import Settings
+from app.telemetry import register_sensitive
 
 router = APIRouter(tags=["chat"])
 
 
 class ChatBody(BaseModel):
-    """`{"message": "...", "conversation_id": "..." | null, "replaces": "<turn_id>" | null}`;
-    any other field is refused. `replaces` (regenerate, edit-and-resend) needs the
-    conversation."""
+    """`{"message": "...", "conversation_id": "..." | null, "replaces": "<turn_id>" | null,
+    "project_id": "..." | null}`; any other field is refused. `replaces` (regenerate,
+    edit-and-resend) needs the conversation. `project_id` starts a new conversation in one of
+    the caller's projects; an existing conversation's project is its own (move it with PATCH)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     message: str
     conversation_id: str | None = None
     replaces: str | None = None
+    project_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class ChatRequest:
     conversation_id: str | None
     replaces: str | None
     ai_sdk: bool
+    project_id: str | None = None
 
 
 def parse_chat_body(payload: Mapping[str, Any]) -> ChatBody:
@@ -83,9 +88,48 @@ def read_request(request: Request, payload: Mapping[str, Any]) -> ChatRequest:
     """The turn asked for, in either protocol (the AI SDK's has no `replaces`)."""
     if ui_stream.wants_ui_stream(request.headers, request.query_params):
         message, conversation_id = ui_stream.parse_ui_request(payload)
-        return ChatRequest(message, conversation_id, None, ai_sdk=True)
+        project_id = payload.get("project_id")
+        if project_id is not None and not isinstance(project_id, str):
+            raise Unprocessable("project_id must be a string.")
+        return ChatRequest(message, conversation_id, None, ai_sdk=True, project_id=project_id)
     body = parse_chat_body(payload)
-    return ChatRequest(body.message, body.conversation_id, body.replaces, ai_sdk=False)
+    return ChatRequest(
+        body.message, body.conversation_id, body.replaces, ai_sdk=False, project_id=body.project_id
+    )
+
+
+async def turn_project(
+    runtime: Runtime, user_id: str, wanted: ChatRequest
+) -> tuple[str | None, str | None]:
+    """The project the turn runs in, and its name: an existing conversation's own (from its
+    row: a `project_id` in the body that differs is refused), or for a new conversation the
+    caller's project named in the body (another person's is a 404 like an unknown one)."""
+    project_id = wanted.project_id
+    if wanted.conversation_id is not None:
+        try:
+            conversation = await within(
+                runtime.settings.memory_read_timeout_seconds,
+                lambda: runtime.conversations.get(user_id, str(wanted.conversation_id)),
+                what="conversation read",
+            )
+        except Exception:
+            raise ServiceUnavailable(
+                "The conversation cannot be read right now; start a new one or retry."
+            ) from None
+        if conversation is None:
+            raise NotFound("No such conversation.")
+        if project_id is not None and project_id != conversation.project_id:
+            raise Unprocessable(
+                "project_id: the conversation is not in this project (move it with "
+                "PATCH /v1/conversations/{id}).",
+                code="project_mismatch",
+            )
+        project_id = conversation.project_id
+    if project_id is None:
+        return None, None
+    project = await find_project(runtime, user_id, project_id)
+    register_sensitive(project.name)
+    return project.id, project.name
 
 
 def respond(turn: Turn, ai_sdk: bool) -> Response:
@@ -168,6 +212,7 @@ async def chat(
     wanted = read_request(request, payload)
     check_message(wanted.message, runtime.settings)
     history: tuple[HistoryMessage, ...] = ()
+    project_id, project_name = await turn_project(runtime, user.subject, wanted)
     if wanted.conversation_id is not None:
         history = await load_history(runtime, user.subject, wanted.conversation_id, wanted.replaces)
     agent = await runtime.agents.chat()
@@ -181,6 +226,8 @@ async def chat(
             conversation_id=wanted.conversation_id,
             history=history,
             replaces=wanted.replaces,
+            project_id=project_id,
+            project_name=project_name,
         ),
         TurnServices(
             settings=runtime.settings,

@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 from starlette.responses import Response
 
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import error_responses
+from app.api.project_scope import ProjectQuery, find_project
 from app.api.timestamps import iso_utc
 from app.conversations.repository import Conversation
 from app.conversations.search import MAX_RESULTS
@@ -28,16 +29,19 @@ def _summary(conversation: Conversation) -> dict[str, Any]:
         "title": conversation.title,
         "created_at": iso_utc(conversation.created_at),
         "updated_at": iso_utc(conversation.updated_at),
+        "project_id": conversation.project_id,
     }
 
 
 @router.get(
     "/v1/conversations",
-    summary="The caller's conversations, newest first",
-    responses=error_responses(401, 503),
+    summary="The caller's conversations (of one project with ?project_id=), newest first",
+    responses=error_responses(401, 404, 503),
 )
-async def list_conversations(user: CurrentUser, runtime: RuntimeDep) -> dict[str, Any]:
-    conversations = await runtime.conversations.list_for(user.subject)
+async def list_conversations(
+    user: CurrentUser, runtime: RuntimeDep, where: ProjectQuery
+) -> dict[str, Any]:
+    conversations = await runtime.conversations.list_for(user.subject, where.scope.project_id)
     return {"conversations": [_summary(conversation) for conversation in conversations]}
 
 
@@ -55,22 +59,28 @@ def _result(result: SearchResult) -> dict[str, Any]:
 # Declared before /v1/conversations/{conversation_id}, which would otherwise take "search".
 @router.get(
     "/v1/conversations/search",
-    summary="Search the caller's messages, best match first",
-    responses=error_responses(401, 422, 503),
+    summary="Search the caller's messages (of one project with ?project_id=), best match first",
+    responses=error_responses(401, 404, 422, 503),
 )
 async def search_conversations(
     user: CurrentUser,
     runtime: RuntimeDep,
+    where: ProjectQuery,
     q: str = Query(default="", description="Any text: searched as words, never as syntax"),
     limit: int = Query(default=10, ge=1, le=MAX_RESULTS),
 ) -> dict[str, Any]:
     if not q.strip():
         raise Unprocessable("Give the text to search for in q.", code="empty_query")
     seconds = runtime.settings.search_timeout_seconds
+    project = where.scope.project_id
     try:
         results = await within(
             seconds,
-            lambda: runtime.conversations.search(user.subject, q, limit),
+            lambda: (
+                runtime.conversations.search(user.subject, q, limit, project=project)
+                if project is not None
+                else runtime.conversations.search(user.subject, q, limit)
+            ),
             what="conversation search",
         )
     except DeadlineExceededError as error:
@@ -106,27 +116,49 @@ async def read_conversation(
     }
 
 
-class TitleBody(BaseModel):
-    """`{"title": "..."}`; any other field is refused."""
+class ConversationChange(BaseModel):
+    """`{"title": "..."}`, `{"project_id": "<id>" | null}` (move it into a project or out of
+    projects), or both; any other field is refused."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    title: str
+    title: str | None = None
+    project_id: str | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> ConversationChange:
+        if self.title is None and "project_id" not in self.model_fields_set:
+            raise ValueError("give a title, a project_id (or null), or both")
+        return self
 
 
 @router.patch(
     "/v1/conversations/{conversation_id}",
-    summary="Rename one conversation",
+    summary="Rename one conversation, or move it into a project or out of projects",
     responses=error_responses(401, 404, 422, 503),
 )
-async def rename_conversation(
-    conversation_id: str, body: TitleBody, user: CurrentUser, runtime: RuntimeDep
+async def change_conversation(
+    conversation_id: str, body: ConversationChange, user: CurrentUser, runtime: RuntimeDep
 ) -> dict[str, Any]:
-    try:
-        title = checked_title(body.title)
-    except TitleError as error:
-        raise Unprocessable(str(error), code="invalid_title") from None
-    conversation = await runtime.conversations.rename(user.subject, conversation_id, title)
+    title = None
+    if body.title is not None:
+        try:
+            title = checked_title(body.title)
+        except TitleError as error:
+            raise Unprocessable(str(error), code="invalid_title") from None
+    if "project_id" in body.model_fields_set:
+        if await runtime.conversations.get(user.subject, conversation_id) is None:
+            raise NotFound("No such conversation.")
+        if body.project_id is not None:
+            await find_project(runtime, user.subject, body.project_id)
+        moved = await runtime.conversations.move(user.subject, conversation_id, body.project_id)
+        if moved is None:
+            raise NotFound("No such conversation.")
+    conversation = (
+        await runtime.conversations.rename(user.subject, conversation_id, title)
+        if title is not None
+        else await runtime.conversations.get(user.subject, conversation_id)
+    )
     if conversation is None:
         raise NotFound("No such conversation.")
     return _summary(conversation)

@@ -31,10 +31,16 @@ _HTTP_CODES = {
 
 
 def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    details: dict[str, Any] | None = None,
 ) -> JSONResponse:
     return JSONResponse(
-        {"error": {"code": code, "message": message}}, status_code=status, headers=headers
+        {"error": {"code": code, "message": message, **(details or {})}},
+        status_code=status,
+        headers=headers,
     )
 
 
@@ -56,7 +62,9 @@ def _route(request: Request) -> str | None:
 def install(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def _app_error(_request: Request, error: AppError) -> JSONResponse:
-        return error_response(error.status_code, error.code, error.message, error.headers)
+        return error_response(
+            error.status_code, error.code, error.message, error.headers, error.details
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, error: RequestValidationError) -> JSONResponse:

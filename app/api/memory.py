@@ -15,14 +15,17 @@ from pydantic import BaseModel
 from app.api.bodies import json_object
 from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import BODY_ERRORS, ErrorBody, error_responses
+from app.api.project_scope import NO_PROJECT, ProjectQuery, RouteScope
 from app.concurrency import CancelFlag
-from app.errors import Conflict, ServiceUnavailable, Unprocessable
+from app.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
 from app.memory.contract import operations_schema
 from app.memory.parsing import parse_operations
+from app.memory.projects import ProjectNotFoundError
 from app.memory.render import document
 from app.memory.repository import CommitCancelledError
 from app.memory.rules import (
     SCHEMA_VERSION,
+    TARGETS,
     MemoryValidationError,
     Snapshot,
 )
@@ -43,18 +46,30 @@ class MemoryDocument(BaseModel):
     limit: int
 
 
+class ScopeView(BaseModel):
+    """Where the documents apply: `project_id` null outside projects; `general_memory`: whether
+    the project's conversations also see the general `memory` document (null outside)."""
+
+    project_id: str | None
+    general_memory: bool | None
+
+
 class MemoryState(BaseModel):
     # "disabled": the feature flag is off; entries stay readable and deletable, not editable.
     status: Literal["available", "disabled"]
     schema_version: int
     user: MemoryDocument
     memory: MemoryDocument
+    # With ?project_id= only: the project's document and the scope (absent outside projects).
+    project: MemoryDocument | None = None
+    scope: ScopeView | None = None
 
 
 _OPERATIONS_REQUEST = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": operations_schema()}},
+        # `project` is reachable only with ?project_id= (a 422 otherwise).
+        "content": {"application/json": {"schema": operations_schema(TARGETS)}},
     }
 }
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -67,15 +82,19 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def memory_state(snapshot: Snapshot, *, enabled: bool = True) -> MemoryState:
-    return MemoryState.model_validate(
-        {
-            "status": "available" if enabled else "disabled",
-            "schema_version": SCHEMA_VERSION,
-            "user": document(snapshot, "user"),
-            "memory": document(snapshot, "memory"),
-        }
-    )
+def memory_state(
+    snapshot: Snapshot, *, enabled: bool = True, where: RouteScope | None = None
+) -> MemoryState:
+    state: dict[str, object] = {
+        "status": "available" if enabled else "disabled",
+        "schema_version": SCHEMA_VERSION,
+        "user": document(snapshot, "user"),
+        "memory": document(snapshot, "memory"),
+    }
+    if where is not None and where.project is not None:
+        state["project"] = document(snapshot, "project")
+        state["scope"] = where.view()
+    return MemoryState.model_validate(state)
 
 
 def require_writes(request: Request, scope: MemoryRequest) -> None:
@@ -98,30 +117,39 @@ def memory_unavailable() -> ServiceUnavailable:
 # -- routes ---------------------------------------------------------------------------------
 
 
-@router.get("", response_model=MemoryState, responses=_ERRORS)
-async def read_memory(scope: MemoryScope, runtime: RuntimeDep) -> MemoryState:
+@router.get(
+    "",
+    response_model=MemoryState,
+    response_model_exclude_none=True,
+    responses={**_ERRORS, 404: {"model": ErrorBody, "description": "No such project"}},
+)
+async def read_memory(scope: MemoryScope, runtime: RuntimeDep, where: ProjectQuery) -> MemoryState:
     # Bounded by MEMORY_READ_TIMEOUT_SECONDS: a database that hangs is a 503, not a hung request.
     try:
-        snapshot = await runtime.memory.read_async(scope.user_id)
+        snapshot = await runtime.memory.read_async(scope.user_id, scope=where.scope)
+    except ProjectNotFoundError:
+        raise NotFound(NO_PROJECT) from None
     except MemoryUnavailableError:
         logger.warning("memory.read_failed", route="api")
         raise memory_unavailable() from None
-    return memory_state(snapshot, enabled=scope.writes_enabled)
+    return memory_state(snapshot, enabled=scope.writes_enabled, where=where)
 
 
 @router.post(
     "/operations",
     response_model=MemoryState,
+    response_model_exclude_none=True,
     openapi_extra=_OPERATIONS_REQUEST,
     responses={
         **_ERRORS,
         **error_responses(*BODY_ERRORS),
+        404: {"model": ErrorBody, "description": "No such project"},
         409: {"model": ErrorBody, "description": "The memory feature is off (memory_disabled)"},
         422: {"model": ErrorBody, "description": "The batch breaks a rule; nothing changed"},
     },
 )
 async def apply_memory_operations(
-    request: Request, scope: MemoryScope, runtime: RuntimeDep
+    request: Request, scope: MemoryScope, runtime: RuntimeDep, where: ProjectQuery
 ) -> MemoryState:
     require_writes(request, scope)
     payload = json_object(await request.body())
@@ -132,7 +160,11 @@ async def apply_memory_operations(
 
     cancel = CancelFlag()
     try:
-        result = await runtime.memory.commit_in_worker(scope.user_id, [operations], cancel)
+        result = await runtime.memory.commit_in_worker(
+            scope.user_id, [operations], cancel, scope=where.scope
+        )
+    except ProjectNotFoundError:
+        raise NotFound(NO_PROJECT) from None
     except MemoryValidationError as error:
         logger.info("memory.api_rejected", code=error.code, operation_count=len(operations))
         raise Unprocessable(error.message, code=error.code) from None
@@ -154,13 +186,20 @@ async def apply_memory_operations(
         retry_count=result.retry_count,
         duration_ms=round(result.duration_ms, 1),
     )
-    return memory_state(result.snapshot)
+    return memory_state(result.snapshot, where=where)
 
 
 @router.delete("", status_code=204, response_class=Response, responses=_ERRORS)
-async def forget_memory(scope: MemoryScope, runtime: RuntimeDep) -> Response:
+async def forget_memory(scope: MemoryScope, runtime: RuntimeDep, where: ProjectQuery) -> Response:
+    """Everything remembered (every project's document too), or with ?project_id= that
+    project's document, history and proposals only (the project stays)."""
     try:
-        removed = await runtime.memory.forget_async(scope.user_id)
+        if where.project is not None:
+            removed = await runtime.memory.forget_project_async(scope.user_id, where.project.id)
+        else:
+            removed = await runtime.memory.forget_async(scope.user_id)
+    except ProjectNotFoundError:
+        raise NotFound(NO_PROJECT) from None
     except Exception as error:
         logger.warning("memory.forget_failed", error=type(error).__name__)
         raise memory_unavailable() from None

@@ -8,8 +8,10 @@ import re
 import structlog
 
 from app.api.memory import memory_unavailable
+from app.api.project_scope import NO_PROJECT
 from app.concurrency import CancelFlag
 from app.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
+from app.memory.projects import GENERAL, ProjectNotFoundError, Scope
 from app.memory.provenance import Provenance
 from app.memory.repository import CommitCancelledError
 from app.memory.rules import MemoryValidationError
@@ -36,12 +38,21 @@ async def commit_change(
     provenance: Provenance,
     proposal_id: str | None = None,
     missing: str,
+    scope: Scope = GENERAL,
 ) -> CommitResult:
-    """Apply an undo or an accepted proposal; `missing` is the 404's message."""
+    """Apply an undo or an accepted proposal made in `scope`'s project (or outside projects);
+    `missing` is the 404's message."""
     try:
         result = await runtime.memory.commit_in_worker(
-            user_id, [], CancelFlag(), provenance=provenance, proposal_id=proposal_id
+            user_id,
+            [],
+            CancelFlag(),
+            provenance=provenance,
+            proposal_id=proposal_id,
+            scope=scope,
         )
+    except ProjectNotFoundError:
+        raise NotFound(NO_PROJECT) from None
     except MemoryNotFoundError:
         raise NotFound(missing) from None
     except MemoryValidationError as error:

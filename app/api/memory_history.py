@@ -16,11 +16,14 @@ from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import error_responses
 from app.api.memory import MemoryState, memory_state, memory_unavailable, require_writes
 from app.api.memory_commit import commit_change, is_issued_id
+from app.api.project_scope import ProjectQuery
+from app.api.projects import project_view
 from app.api.timestamps import iso_utc
 from app.conversations.repository import StoredMessage
 from app.errors import NotFound, Unprocessable
 from app.memory.control import ExportHead, MemoryControl
 from app.memory.provenance import HistoryEntry, Proposal, Provenance, change_view, operation_view
+from app.memory.rules import rendered_length
 
 logger = structlog.get_logger(__name__)
 
@@ -40,6 +43,8 @@ def history_view(entry: HistoryEntry) -> dict[str, Any]:
         value = getattr(provenance, key)
         if value is not None:
             view[key] = value
+    if entry.project_id is not None:
+        view["project_id"] = entry.project_id
     view["operations"] = [change_view(change) for change in entry.changes]
     return view
 
@@ -56,17 +61,20 @@ def proposal_view(proposal: Proposal) -> dict[str, Any]:
     }
     if proposal.client is not None:
         view["client"] = proposal.client
+    if proposal.project_id is not None:
+        view["project_id"] = proposal.project_id
     return view
 
 
 @router.get(
     "/history",
-    summary="The caller's memory changes, newest first",
-    responses=error_responses(401, 422, 503),
+    summary="The caller's memory changes in one scope, newest first",
+    responses=error_responses(401, 404, 422, 503),
 )
 async def read_history(
     scope: MemoryScope,
     runtime: RuntimeDep,
+    where: ProjectQuery,
     limit: int = Query(50, ge=1, le=MAX_PAGE),
     before: str | None = Query(None, max_length=64),
 ) -> dict[str, Any]:
@@ -74,7 +82,9 @@ async def read_history(
         raise Unprocessable("before must be the id of one of your changes.", code="invalid_cursor")
     try:
         # One more than asked: whether there is a next page, without a second query.
-        entries = await runtime.control.history(scope.user_id, limit=limit + 1, before=before)
+        entries = await runtime.control.history(
+            scope.user_id, limit=limit + 1, before=before, project_id=where.scope.project_id
+        )
     except Exception as error:
         logger.warning("memory.history_failed", error=type(error).__name__)
         raise memory_unavailable() from None
@@ -91,11 +101,12 @@ async def read_history(
 @router.post(
     "/history/{change_id}/undo",
     response_model=MemoryState,
+    response_model_exclude_none=True,
     summary="Apply the inverse of one change, as a new change",
     responses=error_responses(401, 404, 409, 422, 503),
 )
 async def undo_change(
-    change_id: str, request: Request, scope: MemoryScope, runtime: RuntimeDep
+    change_id: str, request: Request, scope: MemoryScope, runtime: RuntimeDep, where: ProjectQuery
 ) -> MemoryState:
     require_writes(request, scope)
     if not is_issued_id(change_id):
@@ -105,8 +116,9 @@ async def undo_change(
         scope.user_id,
         provenance=Provenance("undo", undoes=change_id),
         missing="No such change.",
+        scope=where.scope,
     )
-    return memory_state(result.snapshot)
+    return memory_state(result.snapshot, where=where)
 
 
 @router.get(
@@ -166,6 +178,16 @@ async def _export_body(
         "subject": user_id,
         "memory": memory_state(head.snapshot, enabled=writes_enabled).model_dump(),
         "settings": {"save_mode": head.save_mode},
+        "projects": [
+            {
+                **project_view(project),
+                "memory": {
+                    "entries": list(entries),
+                    "characters": rendered_length(entries),
+                },
+            }
+            for project, entries in head.projects
+        ],
     }
     changes = conversations = 0
     try:
@@ -187,6 +209,7 @@ async def _export_body(
                 "title": conversation.title,
                 "created_at": iso_utc(conversation.created_at),
                 "updated_at": iso_utc(conversation.updated_at),
+                "project_id": conversation.project_id,
             }
             prefix = "," if conversations else ""
             yield (prefix + _json(described)[:-1] + ',"messages":[').encode()

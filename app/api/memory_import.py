@@ -14,8 +14,10 @@ from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import error_responses
 from app.api.memory import memory_unavailable, require_writes
 from app.api.memory_history import proposal_view
-from app.errors import Conflict, ServiceUnavailable
+from app.api.project_scope import NO_PROJECT, ProjectQuery
+from app.errors import Conflict, NotFound, ServiceUnavailable
 from app.memory.importing import MAX_IMPORT_CHARS, plan
+from app.memory.projects import ProjectNotFoundError
 from app.memory.rules import MemoryValidationError
 from app.memory.service import MemoryBusyError, MemoryUnavailableError
 from app.telemetry import register_sensitive
@@ -52,15 +54,23 @@ class ImportResult(BaseModel):
     "/import",
     response_model=ImportResult,
     summary="Propose the facts of a pasted export; report what was dropped and why",
-    responses=error_responses(401, 400, 409, 413, 422, 503),
+    responses=error_responses(401, 400, 404, 409, 413, 422, 503),
 )
 async def import_memory(
-    body: ImportBody, request: Request, scope: MemoryScope, runtime: RuntimeDep
+    body: ImportBody,
+    request: Request,
+    scope: MemoryScope,
+    runtime: RuntimeDep,
+    where: ProjectQuery,
 ) -> dict[str, Any]:
+    """With ?project_id=, project and environment facts are proposed for the project's document
+    instead of the general one, and the proposal is the project's."""
     require_writes(request, scope)
     register_sensitive(body.text)  # scrubbed from this request's telemetry
     try:
-        snapshot = await runtime.memory.read_async(scope.user_id)
+        snapshot = await runtime.memory.read_async(scope.user_id, scope=where.scope)
+    except ProjectNotFoundError:
+        raise NotFound(NO_PROJECT) from None
     except MemoryUnavailableError:
         logger.warning("memory.import_failed", error="MemoryUnavailableError")
         raise memory_unavailable() from None
@@ -70,8 +80,15 @@ async def import_memory(
         logger.info("memory.import_planned", entries=0, dropped=len(dropped))
         return {"proposal": None, "dropped": dropped}
     try:
-        proposed = await runtime.memory.propose_async(scope.user_id, result.batches(), "import")
-        pending = await runtime.control.pending(scope.user_id) if proposed.proposal_id else []
+        proposed = await runtime.memory.propose_async(
+            scope.user_id, result.batches(), "import", where.scope
+        )
+        project_id = where.scope.project_id
+        pending = (
+            await runtime.control.pending(scope.user_id, project_id) if proposed.proposal_id else []
+        )
+    except ProjectNotFoundError:
+        raise NotFound(NO_PROJECT) from None
     except MemoryValidationError as error:
         # Memory changed between the read and the proposal (another writer filled a store).
         raise Conflict(

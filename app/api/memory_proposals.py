@@ -14,6 +14,7 @@ from app.api.errors import error_responses
 from app.api.memory import MemoryState, memory_state, memory_unavailable, require_writes
 from app.api.memory_commit import commit_change, is_issued_id
 from app.api.memory_history import proposal_view
+from app.api.project_scope import ProjectQuery
 from app.errors import NotFound
 from app.memory.provenance import Provenance, SaveMode
 
@@ -58,11 +59,15 @@ async def write_settings(
 
 
 @router.get(
-    "/proposals", summary="Pending proposals, newest first", responses=error_responses(401, 503)
+    "/proposals",
+    summary="Pending proposals of one scope, newest first",
+    responses=error_responses(401, 404, 503),
 )
-async def read_proposals(scope: MemoryScope, runtime: RuntimeDep) -> dict[str, Any]:
+async def read_proposals(
+    scope: MemoryScope, runtime: RuntimeDep, where: ProjectQuery
+) -> dict[str, Any]:
     try:
-        pending = await runtime.control.pending(scope.user_id)
+        pending = await runtime.control.pending(scope.user_id, where.scope.project_id)
     except Exception as error:
         logger.warning("memory.proposals_failed", error=type(error).__name__)
         raise memory_unavailable() from None
@@ -72,11 +77,16 @@ async def read_proposals(scope: MemoryScope, runtime: RuntimeDep) -> dict[str, A
 @router.post(
     "/proposals/{proposal_id}/accept",
     response_model=MemoryState,
+    response_model_exclude_none=True,
     summary="Apply a proposal like a staged batch",
     responses=error_responses(401, 404, 409, 422, 503),
 )
 async def accept_proposal(
-    proposal_id: str, request: Request, scope: MemoryScope, runtime: RuntimeDep
+    proposal_id: str,
+    request: Request,
+    scope: MemoryScope,
+    runtime: RuntimeDep,
+    where: ProjectQuery,
 ) -> MemoryState:
     require_writes(request, scope)
     if not is_issued_id(proposal_id):
@@ -88,8 +98,9 @@ async def accept_proposal(
         provenance=Provenance("proposal"),
         proposal_id=proposal_id,
         missing=NO_PROPOSAL,
+        scope=where.scope,
     )
-    return memory_state(result.snapshot)
+    return memory_state(result.snapshot, where=where)
 
 
 @router.post(
@@ -98,11 +109,13 @@ async def accept_proposal(
     response_class=Response,
     responses=error_responses(401, 404, 503),
 )
-async def reject_proposal(proposal_id: str, scope: MemoryScope, runtime: RuntimeDep) -> Response:
+async def reject_proposal(
+    proposal_id: str, scope: MemoryScope, runtime: RuntimeDep, where: ProjectQuery
+) -> Response:
     if not is_issued_id(proposal_id):
         raise NotFound(NO_PROPOSAL)
     try:
-        removed = await runtime.memory.reject_async(scope.user_id, proposal_id)
+        removed = await runtime.memory.reject_async(scope.user_id, proposal_id, where.scope)
     except Exception as error:
         logger.warning("memory.proposals_failed", error=type(error).__name__)
         raise memory_unavailable() from None

@@ -27,10 +27,15 @@ from app.agent.request import TurnRequest, TurnServices
 from app.agent.streaming import stream_turn
 from app.agent.turn import Turn
 from app.api.bodies import json_object
-from app.api.deps import CurrentUser, RuntimeDep, SettingsDep
+from app.api.deps import CurrentUser, RuntimeDep
 from app.api.limiting import releasing
 from app.api.openai_errors import CLIENT_CLOSED, OpenAIRoute
-from app.api.openai_request import WireError, parse_completion_request
+from app.api.openai_request import (
+    WireError,
+    parse_completion_request,
+    project_model_id,
+    split_model,
+)
 from app.api.openai_schema import (
     COMPLETION_RESPONSES,
     REQUEST_BODY,
@@ -45,7 +50,12 @@ from app.api.sse import (
     wait_for_disconnect,
 )
 from app.api.ui_stream import sse_data
+from app.concurrency import to_thread
+from app.conversations.service import is_conversation_id
+from app.memory.projects import Project
 from app.operators.limits import Caller
+from app.runtime import Runtime
+from app.telemetry import register_sensitive
 
 PREFIX = "/openai/v1"
 OWNER = "agent-memory"
@@ -65,14 +75,65 @@ def model_card(model_id: str) -> ModelCard:
     return ModelCard(id=model_id, created=STARTED, owned_by=OWNER)
 
 
+PROJECT_HEADER = "X-Project-Id"
+NO_PROJECT = "No such project."
+
+
+async def _caller_project(runtime: Runtime, user_id: str, project_id: str) -> Project:
+    """The caller's project, or 404 in OpenAI's shape (another person's reads as unknown)."""
+    project = None
+    if is_conversation_id(project_id):  # project ids are uuid4 text too
+        try:
+            project = await to_thread(runtime.memory.get_project, user_id, project_id)
+        except Exception as error:
+            raise WireError(
+                503, "Projects cannot be read right now.", code="service_unavailable"
+            ) from error
+    if project is None:
+        raise WireError(404, NO_PROJECT, code="project_not_found", param="model")
+    return project
+
+
+async def request_project(
+    request: Request, runtime: Runtime, user_id: str, from_model: str | None
+) -> Project | None:
+    """The turn's project: the `X-Project-Id` header or the model id's `/project/<id>`; both
+    given and different is 400."""
+    header = request.headers.get(PROJECT_HEADER)
+    if header is not None and from_model is not None and header != from_model:
+        raise WireError(
+            400,
+            f"The {PROJECT_HEADER} header and the model id name different projects.",
+            code="project_mismatch",
+            param="model",
+        )
+    project_id = header if header is not None else from_model
+    if project_id is None:
+        return None
+    project = await _caller_project(runtime, user_id, project_id)
+    register_sensitive(project.name)
+    return project
+
+
 @router.get(
     "/models",
-    summary="The model this service answers with (OpenAI models list)",
+    summary="The model this service answers with, and one id per project of the caller",
     response_model=ModelList,
     responses=openai_errors(401, 503),
 )
-async def list_models(_user: CurrentUser, settings: SettingsDep) -> ModelList:
-    return ModelList(data=[model_card(settings.llm_model)])
+async def list_models(user: CurrentUser, runtime: RuntimeDep) -> ModelList:
+    """The base model, then `<model>/project/<id>` for each of the caller's projects, oldest
+    first: a chat client's model menu is how its users pick a project."""
+    model_id = runtime.settings.llm_model
+    try:
+        found = await to_thread(runtime.memory.list_projects, user.subject)
+    except Exception as error:
+        raise WireError(
+            503, "Projects cannot be read right now.", code="service_unavailable"
+        ) from error
+    cards = [model_card(model_id)]
+    cards.extend(model_card(project_model_id(model_id, project.id)) for project in found)
+    return ModelList(data=cards)
 
 
 @router.get(
@@ -81,14 +142,17 @@ async def list_models(_user: CurrentUser, settings: SettingsDep) -> ModelList:
     response_model=ModelCard,
     responses=openai_errors(401, 404, 503),
 )
-async def retrieve_model(model_id: str, _user: CurrentUser, settings: SettingsDep) -> ModelCard:
-    if model_id != settings.llm_model:
+async def retrieve_model(model_id: str, user: CurrentUser, runtime: RuntimeDep) -> ModelCard:
+    served, project_id = split_model(model_id, runtime.settings.llm_model)
+    if not served:
         raise WireError(
             404,
-            f"This service serves one model, {settings.llm_model!r}.",
+            f"This service serves one model, {runtime.settings.llm_model!r}.",
             code="model_not_found",
             param="model",
         )
+    if project_id is not None:
+        await _caller_project(runtime, user.subject, project_id)
     return model_card(model_id)
 
 
@@ -108,6 +172,7 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
         model_id=settings.llm_model,
         max_message_chars=settings.max_message_chars,
     )
+    project = await request_project(request, runtime, user.subject, wanted.project_id)
     agent = await runtime.agents.chat()
     admission = await runtime.limits.admit(Caller.user(user.subject), runtime.user_limits())
     turn = Turn(
@@ -118,6 +183,9 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
             history=wanted.history,
             store_transcript=False,  # the client keeps the conversation
             sampling=wanted.sampling,
+            # The project the header or the model id names (checked as the caller's above).
+            project_id=project.id if project is not None else None,
+            project_name=project.name if project is not None else None,
         ),
         # No conversation service: nothing on this route is stored as a transcript; the search
         # tool still reads the caller's transcripts that /v1/chat stored.

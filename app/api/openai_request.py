@@ -58,6 +58,27 @@ class CompletionRequest:
     sampling: Sampling
     stream: bool
     include_usage: bool
+    # The project named by the model id (`<model>/project/<id>`), not yet checked as the
+    # caller's (the route does); None for the base model id.
+    project_id: str | None = None
+
+
+PROJECT_MODEL_SEPARATOR = "/project/"
+
+
+def project_model_id(model_id: str, project_id: str) -> str:
+    """The model id that runs turns in one of the caller's projects (GET /openai/v1/models)."""
+    return f"{model_id}{PROJECT_MODEL_SEPARATOR}{project_id}"
+
+
+def split_model(model: str, model_id: str) -> tuple[bool, str | None]:
+    """Whether `model` is this service's model, and the project it names (None: none)."""
+    if model == model_id:
+        return True, None
+    prefix = model_id + PROJECT_MODEL_SEPARATOR
+    if model.startswith(prefix) and len(model) > len(prefix):
+        return True, model[len(prefix) :]
+    return False, None
 
 
 def parse_completion_request(
@@ -65,7 +86,7 @@ def parse_completion_request(
 ) -> CompletionRequest:
     if not isinstance(body, Mapping):
         raise bad(NOT_OBJECT, param=None)
-    model = _model(body, model_id)
+    model, project_id = _model(body, model_id)
     _refuse_client_tools(body)
     _refuse_unsupported(body)
     messages = _messages(body.get("messages"))
@@ -100,16 +121,18 @@ def parse_completion_request(
         sampling=_sampling(body),
         stream=stream,
         include_usage=include_usage,
+        project_id=project_id,
     )
 
 
-def _model(body: Mapping[str, Any], model_id: str) -> str:
+def _model(body: Mapping[str, Any], model_id: str) -> tuple[str, str | None]:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise bad(
             "`model` is required: use the id that GET /openai/v1/models lists.", param="model"
         )
-    if model != model_id:
+    served, project_id = split_model(model, model_id)
+    if not served:
         # The requested name is not echoed: only the id this service serves.
         raise WireError(
             404,
@@ -118,7 +141,7 @@ def _model(body: Mapping[str, Any], model_id: str) -> str:
             code="model_not_found",
             param="model",
         )
-    return model
+    return model, project_id
 
 
 def _refuse_client_tools(body: Mapping[str, Any]) -> None:

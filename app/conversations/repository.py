@@ -21,6 +21,7 @@ from sqlalchemy import (
     update,
 )
 
+from app.conversations.search import drop_deleted_terms
 from app.db.schema import conversation_messages, conversations
 from app.operators import usage as usage_rows
 from app.operators.usage import TurnUsage
@@ -35,6 +36,7 @@ class Conversation:
     title: str
     created_at: datetime
     updated_at: datetime
+    project_id: str | None = None  # the project it belongs to (None: a general conversation)
 
 
 @dataclass(frozen=True)
@@ -72,18 +74,19 @@ def create(
     title: str,
     *,
     stamp: datetime | None = None,
+    project_id: str | None = None,
 ) -> None:
     stamp = stamp or now()
-    connection.execute(
-        _CREATE,
-        {
-            "id": conversation_id,
-            "user_id": user_id,
-            "title": title,
-            "created_at": stamp,
-            "updated_at": stamp,
-        },
-    )
+    values = {
+        "id": conversation_id,
+        "user_id": user_id,
+        "title": title,
+        "created_at": stamp,
+        "updated_at": stamp,
+    }
+    if project_id is not None:  # outside projects the row is written as before revision 0012
+        values["project_id"] = project_id
+    connection.execute(_CREATE, values)
 
 
 _OWNER = bindparam("owner_id", type_=conversations.c.user_id.type)
@@ -94,6 +97,7 @@ _COLUMNS = (
     conversations.c.title,
     conversations.c.created_at,
     conversations.c.updated_at,
+    conversations.c.project_id,
 )
 _GET = select(*_COLUMNS).where(
     conversations.c.id == _CONVERSATION, conversations.c.user_id == _OWNER
@@ -113,9 +117,59 @@ def get(connection: Connection, user_id: str, conversation_id: str) -> Conversat
     return Conversation(*row) if row is not None else None
 
 
-def list_for_user(connection: Connection, user_id: str) -> list[Conversation]:
-    rows = connection.execute(_LIST, {"owner_id": user_id}).all()
+def list_for_user(
+    connection: Connection, user_id: str, project_id: str | None = None
+) -> list[Conversation]:
+    """The user's conversations, most recent first; only those of `project_id` when given."""
+    query = _LIST if project_id is None else _LIST.where(conversations.c.project_id == project_id)
+    rows = connection.execute(query, {"owner_id": user_id}).all()
     return [Conversation(*row) for row in rows]
+
+
+def move(
+    connection: Connection, user_id: str, conversation_id: str, project_id: str | None
+) -> bool:
+    """Put the owner's conversation in a project (the caller checked it is theirs) or, with
+    None, outside projects; False when the conversation is not the owner's."""
+    result = connection.execute(
+        update(conversations)
+        .where(conversations.c.id == conversation_id, conversations.c.user_id == user_id)
+        .values(project_id=project_id)
+    )
+    return bool(result.rowcount)
+
+
+def _project_ids(connection: Connection, user_id: str, project_id: str) -> list[str]:
+    return [
+        str(value)
+        for value in connection.execute(
+            select(conversations.c.id).where(
+                conversations.c.user_id == user_id, conversations.c.project_id == project_id
+            )
+        ).scalars()
+    ]
+
+
+def detach_project(connection: Connection, user_id: str, project_id: str) -> int:
+    """A deleted project's conversations become general ones."""
+    result = connection.execute(
+        update(conversations)
+        .where(conversations.c.user_id == user_id, conversations.c.project_id == project_id)
+        .values(project_id=None)
+    )
+    return result.rowcount or 0
+
+
+def remove_project(connection: Connection, user_id: str, project_id: str) -> int:
+    """A deleted project's conversations, their messages and (on SQLite, in this transaction)
+    their words in the search index."""
+    ids = _project_ids(connection, user_id, project_id)
+    removed = 0
+    for start in range(0, len(ids), 500):  # bounded IN lists
+        removed += _remove_ids(connection, ids[start : start + 500])
+    if removed:
+        drop_deleted_terms(connection)
+    return removed
 
 
 _PAGE_OF_CONVERSATIONS = select(*_COLUMNS).where(conversations.c.user_id == _OWNER)

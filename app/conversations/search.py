@@ -84,7 +84,24 @@ class SearchHit:
     created_at: datetime
 
 
-def _base(exclude_turn: bool) -> tuple[Select[Any], list[Any]]:
+# `search`'s project: every conversation of the owner's (the default, never a project's id),
+# None: only conversations outside projects, an id: only that project's conversations.
+ANY_PROJECT = "*"
+
+
+def _project_mode(project: str | None) -> int:
+    return 0 if project == ANY_PROJECT else 1 if project is None else 2
+
+
+def _project_conditions(mode: int) -> list[Any]:
+    if mode == 1:
+        return [owners.c.project_id.is_(None)]
+    if mode == 2:
+        return [owners.c.project_id == bindparam("project_key", type_=owners.c.project_id.type)]
+    return []
+
+
+def _base(exclude_turn: bool, project_mode: int = 0) -> tuple[Select[Any], list[Any]]:
     query = select(
         messages.c.id,
         messages.c.conversation_id,
@@ -93,7 +110,10 @@ def _base(exclude_turn: bool) -> tuple[Select[Any], list[Any]]:
         messages.c.content,
         messages.c.created_at,
     ).select_from(messages.join(owners, owners.c.id == messages.c.conversation_id))
-    conditions: list[Any] = [owners.c.user_id == bindparam("owner_id")]
+    conditions: list[Any] = [
+        owners.c.user_id == bindparam("owner_id"),
+        *_project_conditions(project_mode),
+    ]
     if exclude_turn:
         conditions.append(messages.c.turn_id != bindparam("exclude_turn_id"))
     return query, conditions
@@ -144,7 +164,9 @@ def _tsquery() -> ColumnElement[Any]:
     return _words_tsquery().op("&&")(cast(bindparam("ts_owner"), TSQUERY))
 
 
-def _postgres(exclude_turn: bool, limit: int, owner_bucket: int) -> Select[Any]:
+def _postgres(
+    exclude_turn: bool, limit: int, owner_bucket: int, project_mode: int = 0
+) -> Select[Any]:
     """The owner's newest CANDIDATES matches carry only their id and tsvector; they are ranked
     by ts_rank, and only the best `limit` are joined to their rows and conversations (the owner
     checked again). Carrying every match's content and title through the sort to the newest
@@ -173,7 +195,11 @@ def _postgres(exclude_turn: bool, limit: int, owner_bucket: int) -> Select[Any]:
     candidates = (
         select(messages.c.id, vector.label("vector"))
         .select_from(messages.join(owners, owners.c.id == messages.c.conversation_id))
-        .where(*conditions, owners.c.user_id == bindparam("owner_id"))
+        .where(
+            *conditions,
+            owners.c.user_id == bindparam("owner_id"),
+            *_project_conditions(project_mode),
+        )
         .order_by((messages.c.id + literal_column("0")).desc())
         .limit(CANDIDATES)
         .subquery("candidates")
@@ -220,14 +246,20 @@ def _split(dialect: str, words: tuple[str, ...]) -> tuple[tuple[str, ...], tuple
 
 @functools.lru_cache(maxsize=2048)
 def _shape(
-    dialect: str, indexed: bool, others: int, exclude_turn: bool, limit: int, bucket: int
+    dialect: str,
+    indexed: bool,
+    others: int,
+    exclude_turn: bool,
+    limit: int,
+    bucket: int,
+    project_mode: int = 0,
 ) -> Select[Any]:
     """The statement for one shape of query, every value but PostgreSQL's owner bucket a named
     bind parameter (`_values`): built once per shape, as building it costs more than the
     search of a rare word."""
     if dialect == "postgresql":
-        return _postgres(exclude_turn, limit, bucket)
-    query, conditions = _base(exclude_turn)
+        return _postgres(exclude_turn, limit, bucket, project_mode)
+    query, conditions = _base(exclude_turn, project_mode)
     matched: Select[Any]
     score: Score
     carried: list[ColumnElement[Any]] = []
@@ -265,8 +297,11 @@ def _values(
     split: tuple[tuple[str, ...], tuple[str, ...]],
     exclude_turn_id: str | None,
     postgres_config: str,
+    project: str | None = ANY_PROJECT,
 ) -> dict[str, Any]:
     values: dict[str, Any] = {"owner_id": user_id}
+    if _project_mode(project) == 2:
+        values["project_key"] = project
     if exclude_turn_id is not None:
         values["exclude_turn_id"] = exclude_turn_id
     indexed, others = split
@@ -292,6 +327,7 @@ def _prepared(
     limit: int,
     exclude_turn_id: str | None,
     postgres_config: str,
+    project: str | None = ANY_PROJECT,
 ) -> tuple[Select[Any], dict[str, Any]]:
     indexed, others = split = _split(dialect, words)
     postgres = dialect == "postgresql"  # one shape whatever the words; one per owner bucket
@@ -302,8 +338,10 @@ def _prepared(
         exclude_turn_id is not None,
         max(1, min(limit, MAX_RESULTS)),
         postgres_search_bucket(user_id) if postgres else 0,
+        _project_mode(project),
     )
-    return shape, _values(dialect, user_id, words, split, exclude_turn_id, postgres_config)
+    values = _values(dialect, user_id, words, split, exclude_turn_id, postgres_config, project)
+    return shape, values
 
 
 def statement(
@@ -329,12 +367,14 @@ def search(
     *,
     exclude_turn_id: str | None = None,
     postgres_config: str = "simple",
+    project: str | None = ANY_PROJECT,
 ) -> list[SearchHit]:
-    """The caller's best-matching messages for `words` (all required), best first."""
+    """The caller's best-matching messages for `words` (all required), best first; `project`
+    narrows them to one project's conversations, or (None) to those outside projects."""
     if not words:
         return []
     shape, values = _prepared(
-        connection.dialect.name, user_id, words, limit, exclude_turn_id, postgres_config
+        connection.dialect.name, user_id, words, limit, exclude_turn_id, postgres_config, project
     )
     if connection.dialect.name != "postgresql":
         return [SearchHit(*row) for row in connection.execute(shape, values).all()]

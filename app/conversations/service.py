@@ -75,12 +75,30 @@ class ConversationService:
     async def get(self, user_id: str, conversation_id: str) -> Conversation | None:
         return await to_thread(self._get, user_id, conversation_id)
 
-    def _list(self, user_id: str) -> list[Conversation]:
+    def _list(self, user_id: str, project_id: str | None) -> list[Conversation]:
         with self.engine.connect() as connection:
-            return repository.list_for_user(connection, user_id)
+            return repository.list_for_user(connection, user_id, project_id)
 
-    async def list_for(self, user_id: str) -> list[Conversation]:
-        return await to_thread(self._list, user_id)
+    async def list_for(self, user_id: str, project_id: str | None = None) -> list[Conversation]:
+        """Most recent first; only `project_id`'s when given."""
+        return await to_thread(self._list, user_id, project_id)
+
+    def _move(
+        self, user_id: str, conversation_id: str, project_id: str | None
+    ) -> Conversation | None:
+        if not is_conversation_id(conversation_id):
+            return None
+        with self.engine.begin() as connection:
+            if not repository.move(connection, user_id, conversation_id, project_id):
+                return None
+            return repository.get(connection, user_id, conversation_id)
+
+    async def move(
+        self, user_id: str, conversation_id: str, project_id: str | None
+    ) -> Conversation | None:
+        """Put the owner's conversation in `project_id` (checked as the owner's by the caller)
+        or outside projects; None when the conversation is not the owner's."""
+        return await to_thread(self._move, user_id, conversation_id, project_id)
 
     def _messages(
         self, user_id: str, conversation_id: str, last: int | None
@@ -194,7 +212,12 @@ class ConversationService:
         return removed, len(candidates)
 
     def _search(
-        self, user_id: str, query: str, limit: int, exclude_turn_id: str | None
+        self,
+        user_id: str,
+        query: str,
+        limit: int,
+        exclude_turn_id: str | None,
+        project: str | None = search.ANY_PROJECT,
     ) -> list[SearchResult]:
         register_search(query, ())
         words = query_words(query)
@@ -209,6 +232,7 @@ class ConversationService:
                 limit,
                 exclude_turn_id=exclude_turn_id,
                 postgres_config=self.search_config,
+                project=project,
             )
         results = [
             SearchResult(
@@ -232,11 +256,18 @@ class ConversationService:
         return results
 
     async def search(
-        self, user_id: str, query: str, limit: int, *, exclude_turn_id: str | None = None
+        self,
+        user_id: str,
+        query: str,
+        limit: int,
+        *,
+        exclude_turn_id: str | None = None,
+        project: str | None = search.ANY_PROJECT,
     ) -> list[SearchResult]:
         """The owner's best-matching messages for `query`, read as words (never as syntax);
-        `exclude_turn_id` leaves out one turn's messages (the turn that is searching)."""
-        return await to_thread(self._search, user_id, query, limit, exclude_turn_id)
+        `exclude_turn_id` leaves out one turn's messages (the turn that is searching);
+        `project`: one project's conversations, or (None) only those outside projects."""
+        return await to_thread(self._search, user_id, query, limit, exclude_turn_id, project)
 
     # -- best-effort writes during a turn ------------------------------------------------------
 
@@ -266,14 +297,21 @@ class ConversationService:
             if connection.dialect.name == "postgresql" and not self.durable:
                 connection.exec_driver_sql("SET LOCAL synchronous_commit TO OFF; COMMIT")
 
-    def _create(self, user_id: str, turn_id: str, first_message: str) -> str:
+    def _create(
+        self, user_id: str, turn_id: str, first_message: str, project_id: str | None = None
+    ) -> str:
         conversation_id = new_conversation_id()
         # One transaction (one commit) for the conversation and its first message: this write
         # stands between the request and the first streamed text.
         stamp = repository.now()
         with self._transcript_write() as connection:
             repository.create(
-                connection, conversation_id, user_id, title_from_message(first_message), stamp=stamp
+                connection,
+                conversation_id,
+                user_id,
+                title_from_message(first_message),
+                stamp=stamp,
+                project_id=project_id,
             )
             repository.add_message(
                 connection,
@@ -287,11 +325,13 @@ class ConversationService:
             )
         return conversation_id
 
-    async def create(self, user_id: str, turn_id: str, first_message: str) -> str | None:
-        """A new conversation holding the turn's user message, or None when the transcript
-        cannot be stored right now."""
+    async def create(
+        self, user_id: str, turn_id: str, first_message: str, project_id: str | None = None
+    ) -> str | None:
+        """A new conversation (in `project_id`, checked as the owner's by the caller) holding
+        the turn's user message, or None when the transcript cannot be stored right now."""
         try:
-            return await to_thread(self._create, user_id, turn_id, first_message)
+            return await to_thread(self._create, user_id, turn_id, first_message, project_id)
         except Exception as error:
             log.warning("conversation.create_failed", error_type=type(error).__name__)
             return None

@@ -73,8 +73,11 @@ conversations = Table(
     Column("title", short_text(200), nullable=False),
     Column("created_at", precise_timestamp(), nullable=False),
     Column("updated_at", precise_timestamp(), nullable=False),
+    # The project the conversation belongs to (revision 0012); NULL outside projects.
+    Column("project_id", Identifier(ID_CHARS), nullable=True),
     PrimaryKeyConstraint("id", name=f"pk_{PREFIX}conversations"),
     Index(f"ix_{PREFIX}conversations_user_updated", "user_id", "updated_at"),
+    Index(f"ix_{PREFIX}conversations_project", "project_id", "updated_at"),
     **MYSQL_OPTIONS,
 )
 
@@ -125,6 +128,8 @@ memory_changes = Table(
     Column("client", short_text(CLIENT_CHARS), nullable=True),
     Column("operations", long_text(), nullable=False),  # JSON: [{target, action, before, after}]
     Column("created_at", precise_timestamp(), nullable=False),
+    # The project whose scope the change was made in (revision 0012); NULL outside projects.
+    Column("project_id", Identifier(ID_CHARS), nullable=True),
     PrimaryKeyConstraint("seq", name=f"pk_{PREFIX}memory_changes"),
     CheckConstraint(
         "source IN ('turn', 'api', 'undo', 'proposal', 'mcp')",
@@ -132,6 +137,7 @@ memory_changes = Table(
     ),
     Index(f"ux_{PREFIX}memory_changes_id", "id", unique=True),
     Index(f"ix_{PREFIX}memory_changes_user_seq", "user_id", "seq"),
+    Index(f"ix_{PREFIX}memory_changes_project", "project_id", "seq"),
     **MYSQL_OPTIONS,
 )
 
@@ -149,6 +155,8 @@ memory_proposals = Table(
     Column("batches", long_text(), nullable=False),  # JSON: the staged, pinned batches
     Column("created_at", precise_timestamp(), nullable=False),
     Column("expires_at", precise_timestamp(), nullable=False),
+    # The project whose scope the batches were staged in (revision 0012); NULL outside projects.
+    Column("project_id", Identifier(ID_CHARS), nullable=True),
     PrimaryKeyConstraint("seq", name=f"pk_{PREFIX}memory_proposals"),
     CheckConstraint(
         "source IS NULL OR source IN ('mcp', 'import')",
@@ -156,6 +164,7 @@ memory_proposals = Table(
     ),
     Index(f"ux_{PREFIX}memory_proposals_id", "id", unique=True),
     Index(f"ix_{PREFIX}memory_proposals_user_seq", "user_id", "seq"),
+    Index(f"ix_{PREFIX}memory_proposals_project", "project_id", "seq"),
     **MYSQL_OPTIONS,
 )
 
@@ -167,6 +176,48 @@ memory_preferences = Table(
     Column("updated_at", precise_timestamp(), nullable=False),
     PrimaryKeyConstraint("user_id", name=f"pk_{PREFIX}memory_preferences"),
     CheckConstraint("save_mode IN ('auto', 'ask')", name=f"ck_{PREFIX}memory_preferences_mode"),
+    **MYSQL_OPTIONS,
+)
+
+# -- projects (revision 0012): a person's projects and each project's own memory document ------
+# Both are memory state (app/db/writers.py): they are written only inside the user's unit of work.
+# A project's document is the `project` target; its history and proposals are the rows of
+# amem_memory_changes / amem_memory_proposals that carry its id.
+
+PROJECT_NAME_CHARS = 100
+
+projects = Table(
+    f"{PREFIX}projects",
+    metadata,
+    Column("id", Identifier(ID_CHARS), nullable=False),
+    Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("name", short_text(PROJECT_NAME_CHARS), nullable=False),
+    # Whether the project's turns also see (and may edit) the general `memory` document.
+    Column("general_memory", Boolean, nullable=False),
+    Column("created_at", precise_timestamp(), nullable=False),
+    Column("updated_at", precise_timestamp(), nullable=False),
+    PrimaryKeyConstraint("id", name=f"pk_{PREFIX}projects"),
+    Index(f"ix_{PREFIX}projects_user_created", "user_id", "created_at"),
+    **MYSQL_OPTIONS,
+)
+
+project_memory = Table(
+    f"{PREFIX}project_memory",
+    metadata,
+    Column("project_id", Identifier(ID_CHARS), nullable=False),
+    Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("content", document_text(), nullable=False),
+    Column("schema_version", SmallInteger, nullable=False, server_default="1"),
+    Column("created_at", DateTime, nullable=False, server_default=func.current_timestamp()),
+    Column("updated_at", DateTime, nullable=False, server_default=func.current_timestamp()),
+    PrimaryKeyConstraint("project_id", name=f"pk_{PREFIX}project_memory"),
+    ForeignKeyConstraint(
+        ["project_id"],
+        [projects.c.id],
+        name=f"fk_{PREFIX}project_memory_project",
+        ondelete="CASCADE",
+    ),
+    Index(f"ix_{PREFIX}project_memory_user", "user_id"),
     **MYSQL_OPTIONS,
 )
 

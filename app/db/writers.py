@@ -1,11 +1,12 @@
 """The per-user writer lock of a user's memory state, and the guard that refuses writes to those
 tables from any connection that does not hold it.
 
-Memory state is four tables: the documents (`agent_memory`), their history, pending proposals and
-the per-user preferences. Every write to them runs inside `holding_writer_lock` (opened by
-app/memory/unit_of_work.py, the one way in); the guard, installed on every engine by
-`build_engine`, raises before a statement that writes one of them reaches the database from
-anywhere else. docs/design.md ("Isolation, per dialect") gives the argument.
+Memory state is six tables: the documents (`agent_memory`), their history, pending proposals, the
+per-user preferences, the user's projects and each project's document (revision 0012). Every
+write to them runs inside `holding_writer_lock` (opened by app/memory/unit_of_work.py, the one
+way in); the guard, installed on every engine by `build_engine`, raises before a statement that
+writes one of them reaches the database from anywhere else. docs/design.md ("Isolation, per
+dialect") gives the argument.
 """
 
 from __future__ import annotations
@@ -18,9 +19,23 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, event, text
 
-from app.db.schema import agent_memory, memory_changes, memory_preferences, memory_proposals
+from app.db.schema import (
+    agent_memory,
+    memory_changes,
+    memory_preferences,
+    memory_proposals,
+    project_memory,
+    projects,
+)
 
-MEMORY_STATE_TABLES = (agent_memory, memory_changes, memory_proposals, memory_preferences)
+MEMORY_STATE_TABLES = (
+    agent_memory,
+    memory_changes,
+    memory_proposals,
+    memory_preferences,
+    projects,
+    project_memory,
+)
 
 # connection.info key: whose writer lock this connection holds (or MAINTENANCE).
 _HOLDER = "amem_writer_lock"

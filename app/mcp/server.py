@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Annotated, Any
 
 import structlog
@@ -29,12 +30,13 @@ from starlette.types import Receive, Scope, Send
 from app.agent.search_tool import DEFAULT_LIMIT, MAX_LIMIT, UNTRUSTED_NOTICE
 from app.api.auth import authenticate
 from app.api.errors import error_response
+from app.api.project_scope import find_project
 from app.conversations.search_text import MAX_QUERY_CHARS
 from app.errors import AppError
 from app.mcp import tools
 from app.memory.contract import operations_schema
 from app.memory.provenance import clip_client
-from app.memory.rules import LIMITS, MAX_OPERATIONS
+from app.memory.rules import LIMITS, MAX_OPERATIONS, TARGETS
 from app.runtime import Runtime
 from app.telemetry import bind_subject
 
@@ -61,7 +63,10 @@ or reject).
 Two stores: target "user" is the USER PROFILE (who the user is, in the third person, e.g. "The \
 user prefers short answers."; at most {LIMITS["user"]:,} characters) and target "memory" is \
 AGENT MEMORY (project and environment facts; at most {LIMITS["memory"]:,} characters). Keep one \
-fact per entry and keep entries short.
+fact per entry and keep entries short. When the connection names one of the user's projects \
+(the X-Project-Id header), target "project" is that project's PROJECT MEMORY and "memory" is \
+refused unless the user opted the project into it; outside a project "project" is refused. \
+memory_view shows which stores this connection has.
 
 Save: stable user preferences and expertise; recurring project conventions; environment facts \
 that affect future work; explicit corrections and forget requests (use replace or remove); tool \
@@ -88,7 +93,13 @@ stored messages, not memory) for words. Use it when the user asks about somethin
 before that memory does not hold. Results are snippets with matched words marked « ». \
 {UNTRUSTED_NOTICE}"""
 
-_OPERATIONS = operations_schema()["properties"]["operations"]
+# Every target: the tool list is the same for every connection; the scope's rules refuse a
+# target outside it (project outside a project, memory in a project not opted into it).
+_OPERATIONS = operations_schema(TARGETS)["properties"]["operations"]
+PROJECT_HEADER = "x-project-id"
+# The connection's project (its header, checked as the subject's), for the tools of this
+# request: set around the SDK's handling of the request, as the SDK's own auth context is.
+_project: ContextVar[str | None] = ContextVar("mcp_project", default=None)
 # The published schema is the chat tool's; the value is checked by the same parser, so that a
 # refusal carries the same code and message as everywhere else.
 Operations = Annotated[Any, WithJsonSchema(_OPERATIONS)]
@@ -111,7 +122,7 @@ def _caller(ctx: Context) -> tools.Caller:
         raise PermissionError("no authenticated caller")
     params = ctx.session.client_params
     client = clip_client(params.client_info.name) if params is not None else None
-    return tools.Caller(token.subject, client)
+    return tools.Caller(token.subject, client, _project.get())
 
 
 def build_server(runtime: Runtime) -> MCPServer:
@@ -174,11 +185,23 @@ class McpEndpoint:
             await response(scope, receive, send)
             return
         bind_subject(identity.subject)
+        project_id = request.headers.get(PROJECT_HEADER)
+        if project_id is not None:
+            try:
+                await find_project(self.runtime, identity.subject, project_id)
+            except AppError as error:  # another person's or an unknown project: 404
+                response = error_response(error.status_code, error.code, error.message)
+                await response(scope, receive, send)
+                return
         token = request.headers["authorization"].partition(" ")[2].strip()
         scope["user"] = AuthenticatedUser(
             AccessToken(token=token, client_id=TOKEN_CLIENT_ID, scopes=[], subject=identity.subject)
         )
-        await self._inner(scope, receive, send)
+        reset = _project.set(project_id)
+        try:
+            await self._inner(scope, receive, send)
+        finally:
+            _project.reset(reset)
 
 
 @asynccontextmanager

@@ -18,6 +18,7 @@ from app.agent.tools import ArgumentError, parse_arguments
 from app.concurrency import CancelFlag
 from app.db.deadline import within
 from app.memory.parsing import parse_operations
+from app.memory.projects import ProjectNotFoundError, Scope
 from app.memory.provenance import Provenance
 from app.memory.render import document
 from app.memory.repository import CommitCancelledError
@@ -33,12 +34,24 @@ UNAVAILABLE = "Memory cannot be reached right now: nothing was read or saved."
 BUSY = "Memory is busy with another change; nothing was changed. Retry shortly."
 
 
+NO_PROJECT = "The project this connection names (X-Project-Id) no longer exists."
+
+
 @dataclass(frozen=True)
 class Caller:
-    """The verified subject and the name the MCP client gave itself (a label, not identity)."""
+    """The verified subject, the name the MCP client gave itself (a label, not identity) and
+    the project the connection is scoped to (its `X-Project-Id` header, checked as the
+    subject's; None outside projects)."""
 
     user_id: str
     client: str | None = None
+    project_id: str | None = None
+
+    @property
+    def scope(self) -> Scope:
+        """The model's scope (an MCP client's model, like a turn's): user and project, and the
+        general document only in a project opted into it."""
+        return Scope(self.project_id, owner=False)
 
 
 @dataclass(frozen=True)
@@ -63,13 +76,19 @@ async def _memory_off(runtime: Runtime) -> Answer | None:
     return refused("memory_disabled", DISABLED)
 
 
-def _state(snapshot: Any) -> dict[str, Any]:
-    return {
-        "status": "available",
-        "schema_version": SCHEMA_VERSION,
-        "user": document(snapshot, "user"),
-        "memory": document(snapshot, "memory"),
-    }
+def _state(snapshot: Any, caller: Caller) -> dict[str, Any]:
+    """As GET /v1/memory answers, with the documents of the connection's scope only: in a
+    project, `user` and `project` (and `memory` when the project is opted into it)."""
+    state: dict[str, Any] = {"status": "available", "schema_version": SCHEMA_VERSION}
+    for target in ("user", "memory", "project"):
+        if target in snapshot.targets:
+            state[target] = document(snapshot, target)
+    if caller.project_id is not None:
+        state["scope"] = {
+            "project_id": caller.project_id,
+            "general_memory": "memory" in snapshot.targets,
+        }
+    return state
 
 
 async def memory_view(runtime: Runtime, caller: Caller) -> Answer:
@@ -77,11 +96,13 @@ async def memory_view(runtime: Runtime, caller: Caller) -> Answer:
     if off is not None:
         return off
     try:
-        snapshot = await runtime.memory.read_async(caller.user_id)
+        snapshot = await runtime.memory.read_async(caller.user_id, scope=caller.scope)
+    except ProjectNotFoundError:
+        return refused("project_not_found", NO_PROJECT)
     except MemoryUnavailableError:
         log.warning("mcp.view_failed")
         return refused("memory_unavailable", UNAVAILABLE)
-    return Answer(_state(snapshot))
+    return Answer(_state(snapshot, caller))
 
 
 async def memory_update(runtime: Runtime, caller: Caller, operations: object) -> Answer:
@@ -103,8 +124,15 @@ async def memory_update(runtime: Runtime, caller: Caller, operations: object) ->
     provenance = Provenance("mcp", client=caller.client)
     try:
         result = await runtime.memory.commit_in_worker(
-            caller.user_id, [batch], CancelFlag(), provenance=provenance, may_propose=True
+            caller.user_id,
+            [batch],
+            CancelFlag(),
+            provenance=provenance,
+            may_propose=True,
+            scope=caller.scope,
         )
+    except ProjectNotFoundError:
+        return refused("project_not_found", NO_PROJECT)
     except MemoryValidationError as error:
         log.info("mcp.update_rejected", code=error.code, operation_count=len(batch))
         return refused(error.code, error.message)
@@ -156,7 +184,11 @@ async def conversation_search(
     try:
         results = await within(
             runtime.settings.search_timeout_seconds,
-            lambda: runtime.conversations.search(caller.user_id, words, min(count, MAX_LIMIT)),
+            # The connection's project only; outside projects, conversations in no project
+            # (as the chat tool searches).
+            lambda: runtime.conversations.search(
+                caller.user_id, words, min(count, MAX_LIMIT), project=caller.project_id
+            ),
             what="conversation search",
         )
     except Exception as error:  # a timeout or any database failure

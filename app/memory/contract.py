@@ -7,11 +7,12 @@ messages written for the model); this model is the published shape of what it ac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from app.memory.rules import ACTIONS, MAX_OPERATIONS, TARGETS, Action, Target
+from app.memory.rules import ACTIONS, GENERAL_TARGETS, MAX_OPERATIONS, TARGETS, Action, Target
 
 MEMORY_TOOL_NAME = "memory_update"
 
@@ -37,9 +38,10 @@ class OperationsModel(BaseModel):
     operations: list[OperationModel] = Field(min_length=1, max_length=MAX_OPERATIONS)
 
 
-def operations_schema() -> dict[str, Any]:
+def operations_schema(targets: Sequence[Target] = GENERAL_TARGETS) -> dict[str, Any]:
     """The batch's JSON schema, self-contained (no `$defs`) and without pydantic's titles and
-    defaults: exactly the tool parameters a model is given."""
+    defaults: exactly the tool parameters a model is given, its `target` enum the targets of
+    the scope (outside projects `user` and `memory`, as before projects existed)."""
     schema = OperationsModel.model_json_schema()
     definitions = schema.pop("$defs", {})
 
@@ -58,4 +60,6 @@ def operations_schema() -> dict[str, Any]:
         return node
 
     cleaned: dict[str, Any] = clean(schema)
+    item = cleaned["properties"]["operations"]["items"]
+    item["properties"]["target"] = {"enum": list(targets)}
     return cleaned

@@ -15,7 +15,8 @@ from sqlalchemy import Engine
 from app.concurrency import to_thread
 from app.conversations import repository as transcripts
 from app.conversations.repository import Conversation, StoredMessage
-from app.memory import history, proposals, repository
+from app.memory import history, projects, proposals, repository
+from app.memory.projects import Project, Scope
 from app.memory.provenance import (
     HistoryEntry,
     Proposal,
@@ -43,6 +44,8 @@ class ExportHead:
     expired_proposals: list[Proposal] = field(default_factory=list)
     # The person's model usage per day (no content).
     usage: list[dict[str, Any]] = field(default_factory=list)
+    # Each project with its document (its history entries carry its id).
+    projects: list[tuple[Project, tuple[str, ...]]] = field(default_factory=list)
 
 
 def _registered_entries(entries: list[HistoryEntry]) -> list[HistoryEntry]:
@@ -64,16 +67,26 @@ class MemoryControl:
 
     # -- history --------------------------------------------------------------------------
 
-    def _history(self, user_id: str, limit: int, before: str | None) -> list[HistoryEntry] | None:
+    def _history(
+        self, user_id: str, limit: int, before: str | None, project_id: str | None
+    ) -> list[HistoryEntry] | None:
         with self.engine.connect() as connection:
-            entries = history.page(connection, user_id, limit=limit, before=before)
+            entries = history.page(
+                connection, user_id, limit=limit, before=before, project_id=project_id
+            )
         return None if entries is None else _registered_entries(entries)
 
     async def history(
-        self, user_id: str, *, limit: int, before: str | None = None
+        self,
+        user_id: str,
+        *,
+        limit: int,
+        before: str | None = None,
+        project_id: str | None = None,
     ) -> list[HistoryEntry] | None:
-        """Newest first; None when `before` names no change of this user's."""
-        return await to_thread(self._history, user_id, limit, before)
+        """Newest first, the changes made in `project_id` (None: outside projects); None when
+        `before` names no change of this user's in that scope."""
+        return await to_thread(self._history, user_id, limit, before, project_id)
 
     # -- save mode ------------------------------------------------------------------------
 
@@ -86,12 +99,15 @@ class MemoryControl:
 
     # -- proposals ------------------------------------------------------------------------
 
-    def _pending(self, user_id: str) -> list[Proposal]:
+    def _pending(self, user_id: str, project_id: str | None) -> list[Proposal]:
         with self.engine.connect() as connection:
-            return _registered_proposals(proposals.pending(connection, user_id))
+            return _registered_proposals(
+                proposals.pending(connection, user_id, project_id=project_id)
+            )
 
-    async def pending(self, user_id: str) -> list[Proposal]:
-        return await to_thread(self._pending, user_id)
+    async def pending(self, user_id: str, project_id: str | None = None) -> list[Proposal]:
+        """The pending proposals staged in `project_id` (None: outside projects)."""
+        return await to_thread(self._pending, user_id, project_id)
 
     # -- export ---------------------------------------------------------------------------
     # Read a page at a time, each page on a connection of its own, so that an export holds
@@ -105,13 +121,20 @@ class MemoryControl:
             pending = proposals.pending(connection, user_id)
             expired = proposals.expired(connection, user_id)
             usage = export_for_subject(connection, user_id)["usage"]
+            documents = [
+                (project, repository.load_scoped(connection, user_id, Scope(project.id)).project)
+                for project in projects.list_projects(connection, user_id)
+            ]
             connection.rollback()
+        for _project, document in documents:
+            register_sensitive(*document)
         return ExportHead(
             snapshot,
             save_mode,
             _registered_proposals(pending),
             _registered_proposals(expired),
             usage,
+            documents,
         )
 
     async def export_head(self, user_id: str) -> ExportHead:

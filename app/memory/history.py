@@ -24,6 +24,7 @@ _COLUMNS = (
     memory_changes.c.undoes,
     memory_changes.c.client,
     memory_changes.c.operations,
+    memory_changes.c.project_id,
 )
 
 
@@ -40,6 +41,7 @@ def _entry(row: Any) -> HistoryEntry:
             row.source, row.turn_id, row.conversation_id, row.undoes, client=row.client
         ),
         changes=changes_from_json(row.operations),
+        project_id=row.project_id,
     )
 
 
@@ -49,7 +51,12 @@ ENTRY_INSERT = insert(memory_changes).values(
 )
 
 
-def entry_params(user_id: str, provenance: Provenance, changes: Sequence[Change]) -> dict[str, Any]:
+def entry_params(
+    user_id: str,
+    provenance: Provenance,
+    changes: Sequence[Change],
+    project_id: str | None = None,
+) -> dict[str, Any]:
     """What ENTRY_INSERT binds for a committed change (a new id; only the operations that
     changed something). No name is a column's: insert and update would take it for a value."""
     return {
@@ -62,6 +69,7 @@ def entry_params(user_id: str, provenance: Provenance, changes: Sequence[Change]
         "entry_client": provenance.client,
         "entry_operations": changes_to_json([change for change in changes if change.changed]),
         "entry_created_at": now(),
+        "entry_project_id": project_id,
     }
 
 
@@ -124,11 +132,25 @@ def was_undone(connection: Connection, user_id: str, change_id: str) -> bool:
     )
 
 
+EVERY_SCOPE = "*"  # `page`'s project: every entry of the user's (the export); never a UUID
+
+
 def page(
-    connection: Connection, user_id: str, *, limit: int | None, before: str | None = None
+    connection: Connection,
+    user_id: str,
+    *,
+    limit: int | None,
+    before: str | None = None,
+    project_id: str | None = EVERY_SCOPE,
 ) -> list[HistoryEntry] | None:
-    """The user's entries, newest first; `before` is an entry id (None when it is not theirs)."""
+    """The user's entries, newest first; `before` is an entry id (None when it is not theirs).
+    `project_id`: only the entries made in that project, None: only those made outside
+    projects; EVERY_SCOPE (the default): all of them."""
     query = select(*_COLUMNS).where(memory_changes.c.user_id == user_id)
+    if project_id is None:
+        query = query.where(memory_changes.c.project_id.is_(None))
+    elif project_id != EVERY_SCOPE:
+        query = query.where(memory_changes.c.project_id == project_id)
     if before is not None:
         cursor = connection.execute(
             select(memory_changes.c.seq).where(

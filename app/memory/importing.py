@@ -19,7 +19,7 @@ from difflib import SequenceMatcher
 from typing import Literal
 
 from app.memory import policy
-from app.memory.rules import LIMITS, MAX_OPERATIONS, Operation, Snapshot, Target, rendered_length
+from app.memory.rules import MAX_OPERATIONS, TARGETS, Operation, Snapshot, Target, rendered_length
 
 Reason = Literal["secret", "instruction_like", "duplicate", "too_long", "over_capacity", "invalid"]
 
@@ -263,12 +263,12 @@ def _seen_in(folded: str, seen: Iterable[str]) -> bool:
 def fit(snapshot: Snapshot, entries: Sequence[Entry]) -> tuple[list[Entry], list[Dropped]]:
     """Each entry in order while its store keeps within its limit (delimiters counted as the
     capacity check counts them); the others are over capacity."""
-    stores: dict[Target, list[str]] = {"user": list(snapshot.user), "memory": list(snapshot.memory)}
+    stores: dict[Target, list[str]] = {target: list(snapshot.entries(target)) for target in TARGETS}
     kept: list[Entry] = []
     dropped: list[Dropped] = []
     for entry in entries:
         store = stores[entry.target]
-        if rendered_length([*store, entry.content]) <= LIMITS[entry.target]:
+        if rendered_length([*store, entry.content]) <= snapshot.limit(entry.target):
             store.append(entry.content)
             kept.append(entry)
         else:
@@ -278,9 +278,11 @@ def fit(snapshot: Snapshot, entries: Sequence[Entry]) -> tuple[list[Entry], list
 
 def plan(text: str, snapshot: Snapshot) -> ImportPlan:
     """The import of `text` into `snapshot`: the entries to propose and what was dropped, in
-    the order they were pasted."""
+    the order they were pasted. In a project, a project or environment fact goes to the
+    project's document instead of the general one."""
+    work: Target = "project" if snapshot.in_project else "memory"
     dropped: list[Dropped] = []
-    seen = [fold(entry) for entry in (*snapshot.user, *snapshot.memory)]
+    seen = [fold(entry) for entry in (*snapshot.user, *snapshot.memory, *snapshot.project)]
     entries: list[Entry] = []
     for line in split(text):
         found = candidate(line)
@@ -292,6 +294,7 @@ def plan(text: str, snapshot: Snapshot) -> ImportPlan:
             dropped.append(Dropped(clip(found), "duplicate" if folded else "invalid"))
             continue
         seen.append(folded)
-        entries.append(Entry(classify(found, line.section), found))
+        target = classify(found, line.section)
+        entries.append(Entry(work if target == "memory" else target, found))
     kept, over = fit(snapshot, entries)
     return ImportPlan(tuple(kept), tuple(dropped + over))

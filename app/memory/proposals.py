@@ -31,6 +31,7 @@ _COLUMNS = (
     memory_proposals.c.source,
     memory_proposals.c.client,
     memory_proposals.c.batches,
+    memory_proposals.c.project_id,
 )
 
 
@@ -44,6 +45,7 @@ def _proposal(row: Any) -> Proposal:
         batches=batches_from_json(row.batches),
         proposer=row.source or "turn",
         client=row.client,
+        project_id=row.project_id,
     )
 
 
@@ -97,6 +99,7 @@ def add(
     keep: int,
     proposer: Proposer = "turn",
     client: str | None = None,
+    project_id: str | None = None,
 ) -> str:
     """Store a proposal; expired ones and the oldest beyond `keep` go in the same transaction."""
     stamp = now()
@@ -115,6 +118,7 @@ def add(
             batches=batches_to_json(batches),
             created_at=stamp,
             expires_at=stamp + ttl,
+            project_id=project_id,
         )
     )
     cutoff = connection.execute(
@@ -129,13 +133,26 @@ def add(
     return proposal_id
 
 
-def pending(connection: Connection, user_id: str, at: datetime | None = None) -> list[Proposal]:
-    """The user's unexpired proposals, newest first."""
-    rows = connection.execute(
-        select(*_COLUMNS)
-        .where(memory_proposals.c.user_id == user_id, memory_proposals.c.expires_at > (at or now()))
-        .order_by(memory_proposals.c.seq.desc())
-    ).all()
+EVERY_SCOPE = "*"  # `pending`'s project: every proposal of the user's (the export)
+
+
+def pending(
+    connection: Connection,
+    user_id: str,
+    at: datetime | None = None,
+    *,
+    project_id: str | None = EVERY_SCOPE,
+) -> list[Proposal]:
+    """The user's unexpired proposals, newest first: those staged in `project_id` (None: outside
+    projects; EVERY_SCOPE, the default: all)."""
+    query = select(*_COLUMNS).where(
+        memory_proposals.c.user_id == user_id, memory_proposals.c.expires_at > (at or now())
+    )
+    if project_id is None:
+        query = query.where(memory_proposals.c.project_id.is_(None))
+    elif project_id != EVERY_SCOPE:
+        query = query.where(memory_proposals.c.project_id == project_id)
+    rows = connection.execute(query.order_by(memory_proposals.c.seq.desc())).all()
     return [_proposal(row) for row in rows]
 
 

@@ -57,6 +57,7 @@ class HistoryEntry:
     created_at: datetime
     provenance: Provenance
     changes: tuple[Change, ...]
+    project_id: str | None = None  # the project whose scope it was made in
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class Proposal:
     batches: tuple[tuple[Operation, ...], ...]
     proposer: Proposer = "turn"
     client: str | None = None
+    project_id: str | None = None  # the project whose scope it was staged in
 
     @property
     def operations(self) -> tuple[Operation, ...]:

@@ -18,12 +18,18 @@ from typing import Literal
 
 from app.memory import policy
 from app.memory.markers import RESERVED_TAG_NAME
-from app.memory.rules import LIMITS, Snapshot, Target
+from app.memory.rules import Snapshot, Target
 
 MemoryStatus = Literal["available", "unavailable", "disabled"]
 
 BLOCKED_PLACEHOLDER = "[entry withheld: it failed the safety scan; the user can review it]"
-HEADINGS: dict[Target, str] = {"user": "USER PROFILE", "memory": "AGENT MEMORY"}
+HEADINGS: dict[Target, str] = {
+    "user": "USER PROFILE",
+    "memory": "AGENT MEMORY",
+    "project": "PROJECT MEMORY",
+}
+# The order of the block's sections; a section is shown when the snapshot's scope reaches it.
+SECTION_ORDER: tuple[Target, ...] = ("user", "project", "memory")
 # 128 bits from `secrets.token_hex(16)`: no stored text can guess the tag of a later turn.
 NONCE = re.compile(r"^[0-9a-f]{32}$")
 # Characters a tokenizer or a chat template may read as structure: written as escapes.
@@ -57,7 +63,7 @@ class BlockTags:
 
 
 def usage_line(snapshot: Snapshot, target: Target) -> str:
-    used, limit = snapshot.characters(target), LIMITS[target]
+    used, limit = snapshot.characters(target), snapshot.limit(target)
     return f"{HEADINGS[target]} [{used * 100 // limit}% - {used}/{limit} characters]"
 
 
@@ -106,8 +112,12 @@ def render_section(snapshot: Snapshot, target: Target) -> str:
 
 def render_block(snapshot: Snapshot, tags: BlockTags) -> str:
     """The complete memory block: headings with usage as in docs/design.md, one string literal
-    per entry, a blank line between stores, inside this turn's tags (docs/threat-model.md)."""
-    sections = "\n\n".join(render_section(snapshot, target) for target in ("user", "memory"))
+    per entry, a blank line between stores, inside this turn's tags (docs/threat-model.md).
+    Only the documents of the snapshot's scope: in a project, the user profile and the project's
+    document (and the general one only when the project is opted into it)."""
+    sections = "\n\n".join(
+        render_section(snapshot, target) for target in SECTION_ORDER if target in snapshot.targets
+    )
     return f"{tags.open}\n{sections}\n{tags.close}"
 
 
@@ -116,5 +126,5 @@ def document(snapshot: Snapshot, target: Target) -> dict[str, object]:
     return {
         "entries": list(snapshot.entries(target)),
         "characters": snapshot.characters(target),
-        "limit": LIMITS[target],
+        "limit": snapshot.limit(target),
     }

@@ -23,8 +23,19 @@ from sqlalchemy import (
 )
 
 from app.db.locking import locked_memory_select
-from app.db.schema import agent_memory, memory_preferences
-from app.memory.rules import SCHEMA_VERSION, SEPARATOR, TARGETS, Snapshot, Target
+from app.db.schema import agent_memory, memory_preferences, project_memory
+from app.memory import projects
+from app.memory.projects import Scope
+from app.memory.rules import (
+    GENERAL_TARGETS,
+    LIMITS,
+    SCHEMA_VERSION,
+    SEPARATOR,
+    TARGETS,
+    Snapshot,
+    Target,
+    scope_targets,
+)
 
 
 class MemoryUnreadableError(RuntimeError):
@@ -50,7 +61,7 @@ def snapshot_from_rows(rows: Iterable[tuple[str, str, int]]) -> Snapshot:
             raise MemoryUnreadableError(
                 f"memory row has schema_version {schema_version}; this code reads {SCHEMA_VERSION}"
             )
-        if memory_type not in TARGETS:
+        if memory_type not in GENERAL_TARGETS:
             raise MemoryUnreadableError(f"unknown memory_type {memory_type!r}")
         documents[memory_type] = tuple(content.split(SEPARATOR)) if content else ()
     return Snapshot(user=documents.get("user", ()), memory=documents.get("memory", ()))
@@ -100,6 +111,49 @@ def load_snapshot_and_save_mode(
     return snapshot_from_rows(documents), modes[0] if modes else None
 
 
+def _project_document(connection: Connection, user_id: str, project_id: str) -> tuple[str, ...]:
+    row = connection.execute(
+        select(project_memory.c.content, project_memory.c.schema_version).where(
+            project_memory.c.project_id == project_id, project_memory.c.user_id == user_id
+        )
+    ).first()
+    if row is None:
+        return ()
+    if row.schema_version != SCHEMA_VERSION:
+        raise MemoryUnreadableError(
+            f"project memory has schema_version {row.schema_version}; "
+            f"this code reads {SCHEMA_VERSION}"
+        )
+    return tuple(row.content.split(SEPARATOR)) if row.content else ()
+
+
+def load_scoped(
+    connection: Connection,
+    user_id: str,
+    scope: Scope,
+    *,
+    project_limit: int = LIMITS["project"],
+    lock: bool = False,
+) -> Snapshot:
+    """The documents `scope` sees: outside projects, `load_snapshot`; in a project, the user
+    profile, the project's document and the general document only when the scope reaches it
+    (projects.ProjectNotFoundError when the project is not the user's)."""
+    general = load_snapshot(connection, user_id, lock=lock)
+    if scope.project_id is None:
+        return general
+    project = projects.require(connection, user_id, scope.project_id)
+    targets = scope_targets(
+        in_project=True, general_memory=project.general_memory, owner=scope.owner
+    )
+    return Snapshot(
+        user=general.user,
+        memory=general.memory if "memory" in targets else (),
+        project=_project_document(connection, user_id, scope.project_id),
+        targets=targets,
+        project_limit=project_limit,
+    )
+
+
 DocumentWrite = Literal["insert", "update", "delete"]
 
 
@@ -107,8 +161,10 @@ DocumentWrite = Literal["insert", "update", "delete"]
 def document_statement(target: Target, kind: DocumentWrite) -> Delete | Insert | Update:
     """One document's write, built once: `owner_id` and `<target>_document` are bound at
     execution (names of no column, which insert and update would take for values; distinct per
-    document, so that PostgreSQL can run both documents' writes in one statement,
-    writes.persist)."""
+    document, so that PostgreSQL can run all documents' writes in one statement,
+    writes.persist). The project document also binds `project_key`."""
+    if target == "project":
+        return _project_statement(kind)
     content = bindparam(f"{target}_document", type_=agent_memory.c.content.type)
     if kind == "insert":
         return insert(agent_memory).values(
@@ -119,6 +175,24 @@ def document_statement(target: Target, kind: DocumentWrite) -> Delete | Insert |
         return delete(agent_memory).where(key)
     return (
         update(agent_memory).where(key).values(content=content, updated_at=func.current_timestamp())
+    )
+
+
+def _project_statement(kind: DocumentWrite) -> Delete | Insert | Update:
+    owner = bindparam("owner_id", type_=project_memory.c.user_id.type)
+    project_id = bindparam("project_key", type_=project_memory.c.project_id.type)
+    content = bindparam("project_document", type_=project_memory.c.content.type)
+    if kind == "insert":
+        return insert(project_memory).values(
+            project_id=project_id, user_id=owner, content=content, schema_version=SCHEMA_VERSION
+        )
+    key = (project_memory.c.project_id == project_id) & (project_memory.c.user_id == owner)
+    if kind == "delete":
+        return delete(project_memory).where(key)
+    return (
+        update(project_memory)
+        .where(key)
+        .values(content=content, updated_at=func.current_timestamp())
     )
 
 

@@ -12,14 +12,17 @@ from typing import Literal, get_args
 
 from app.memory import policy
 
-Target = Literal["user", "memory"]
+Target = Literal["user", "memory", "project"]
 Action = Literal["add", "replace", "remove"]
 
 TARGETS: tuple[Target, ...] = get_args(Target)
+# The documents outside projects (and the two rows a user may have in agent_memory).
+GENERAL_TARGETS: tuple[Target, ...] = ("user", "memory")
 ACTIONS: tuple[Action, ...] = get_args(Action)
-LIMITS: dict[str, int] = {"user": 1_375, "memory": 2_200}
+# `project` is the default of PROJECT_MEMORY_CHARS; a snapshot carries the bound in force.
+LIMITS: dict[str, int] = {"user": 1_375, "memory": 2_200, "project": 2_200}
 SEPARATOR = "\n§\n"
-MAX_ENTRY_CHARS = max(LIMITS.values())
+MAX_ENTRY_CHARS = max(LIMITS["user"], LIMITS["memory"])
 SCHEMA_VERSION = 1
 MAX_OPERATIONS = 20
 
@@ -48,36 +51,76 @@ class MemoryValidationError(ValueError):
 @dataclass(frozen=True)
 class MemoryUsage:
     """Characters used in each store, counted as the capacity check counts them (delimiters
-    included): the one shape of the counts the API, the tool, events and telemetry report."""
+    included): the one shape of the counts the API, the tool, events and telemetry report.
+    `project` is None outside projects, and then no project count is reported at all."""
 
     user: int = 0
     memory: int = 0
+    project: int | None = None
+    project_limit: int = LIMITS["project"]
 
     def counts(self) -> dict[str, int]:
-        return {"user_characters": self.user, "memory_characters": self.memory}
+        counts = {"user_characters": self.user, "memory_characters": self.memory}
+        if self.project is not None:
+            counts["project_characters"] = self.project
+        return counts
 
     def with_limits(self) -> dict[str, int]:
-        return {
+        limits = {
             "user_characters": self.user,
             "user_limit": LIMITS["user"],
             "memory_characters": self.memory,
             "memory_limit": LIMITS["memory"],
         }
+        if self.project is not None:
+            limits["project_characters"] = self.project
+            limits["project_limit"] = self.project_limit
+        return limits
+
+
+def scope_targets(*, in_project: bool, general_memory: bool, owner: bool) -> tuple[Target, ...]:
+    """The targets a scope reaches. Outside projects: `user` and `memory`. In a project, the
+    person themself (REST, their own import) reaches all three documents; the model (a turn, an
+    MCP client) reaches `user` and `project`, and `memory` only in a project opted into it."""
+    if not in_project:
+        return GENERAL_TARGETS
+    if owner or general_memory:
+        return ("user", "memory", "project")
+    return ("user", "project")
 
 
 @dataclass(frozen=True)
 class Snapshot:
+    """The documents one scope sees. `targets` are the documents that scope may edit (a document
+    outside them is empty here and no operation may name it); `project_limit` is the project
+    document's bound (PROJECT_MEMORY_CHARS)."""
+
     user: tuple[str, ...] = ()
     memory: tuple[str, ...] = ()
+    project: tuple[str, ...] = ()
+    targets: tuple[Target, ...] = GENERAL_TARGETS
+    project_limit: int = LIMITS["project"]
 
     def entries(self, target: Target) -> tuple[str, ...]:
-        return self.user if target == "user" else self.memory
+        if target == "user":
+            return self.user
+        return self.project if target == "project" else self.memory
 
     def characters(self, target: Target) -> int:
         return rendered_length(self.entries(target))
 
+    def limit(self, target: Target) -> int:
+        return self.project_limit if target == "project" else LIMITS[target]
+
+    @property
+    def in_project(self) -> bool:
+        return "project" in self.targets
+
     def usage(self) -> MemoryUsage:
-        return MemoryUsage(self.characters("user"), self.characters("memory"))
+        project = self.characters("project") if self.in_project else None
+        return MemoryUsage(
+            self.characters("user"), self.characters("memory"), project, self.project_limit
+        )
 
 
 @dataclass(frozen=True)
@@ -120,18 +163,18 @@ def normalize_text(text: str) -> str:
     return policy.normalize(text)
 
 
-def normalize_entry(content: str | None) -> str:
+def normalize_entry(content: str | None, limit: int = MAX_ENTRY_CHARS) -> str:
     """The entry as it would be stored, or the reason it may not be: one content policy."""
     if content is None:
         raise MemoryValidationError("content is required for this action.")
     entry = normalize_text(content)
     if not entry:
         raise MemoryValidationError("The entry is empty: write the fact to remember.")
-    if len(entry) > MAX_ENTRY_CHARS:
-        # It could never fit in either store; refused before the policy scans all of it.
+    if len(entry) > limit:
+        # It could never fit in its store; refused before the policy scans all of it.
         raise MemoryValidationError(
             f"The entry holds {len(entry):,} characters; a store holds at most "
-            f"{MAX_ENTRY_CHARS:,}. Shorten it.",
+            f"{limit:,}. Shorten it.",
             code="capacity_exceeded",
         )
     violation = policy.check(entry)
@@ -152,10 +195,21 @@ def normalize_match(match: str | None) -> str:
 # -- operation contract --------------------------------------------------------------------
 
 
-def check_fields(operation: Operation) -> None:
-    """add needs content and no match; replace needs both; remove needs match and no content."""
+def _quoted(targets: Sequence[Target]) -> str:
+    names = [repr(target) for target in targets]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def check_fields(operation: Operation, targets: Sequence[Target] = GENERAL_TARGETS) -> None:
+    """The target is one of the scope's; add needs content and no match; replace needs both;
+    remove needs match and no content."""
     if operation.target not in TARGETS:
-        raise MemoryValidationError(f"Unknown target {operation.target!r}: use 'user' or 'memory'.")
+        raise MemoryValidationError(f"Unknown target {operation.target!r}: use {_quoted(targets)}.")
+    if operation.target not in targets:
+        raise MemoryValidationError(
+            f"The target {operation.target!r} is not reachable in this conversation: "
+            f"use {_quoted(targets)}."
+        )
     if operation.action not in ACTIONS:
         raise MemoryValidationError(
             f"Unknown action {operation.action!r}: use 'add', 'replace' or 'remove'."
@@ -203,9 +257,9 @@ def find_pinned(entries: Sequence[str], entry: str) -> int:
     )
 
 
-def _apply_one(entries: list[str], operation: Operation) -> Change:
+def _apply_one(entries: list[str], operation: Operation, limit: int) -> Change:
     if operation.action == "add":
-        entry = normalize_entry(operation.content)
+        entry = normalize_entry(operation.content, max(limit, MAX_ENTRY_CHARS))
         if entry in entries:
             return Change(operation.target, "add", None, None)  # a retry or a known fact
         entries.append(entry)
@@ -218,7 +272,7 @@ def _apply_one(entries: list[str], operation: Operation) -> Change:
     if operation.action == "remove":
         del entries[index]
         return Change(operation.target, "remove", before, None)
-    entry = normalize_entry(operation.content)
+    entry = normalize_entry(operation.content, max(limit, MAX_ENTRY_CHARS))
     if any(other == entry for position, other in enumerate(entries) if position != index):
         raise MemoryValidationError(
             "The replacement duplicates another entry: remove this entry instead.",
@@ -230,7 +284,7 @@ def _apply_one(entries: list[str], operation: Operation) -> Change:
 
 def validate_capacity(snapshot: Snapshot) -> None:
     for target in TARGETS:
-        used, limit = snapshot.characters(target), LIMITS[target]
+        used, limit = snapshot.characters(target), snapshot.limit(target)
         if used > limit:
             raise MemoryValidationError(
                 f"The {target} store would hold {used:,}/{limit:,} characters: "
@@ -251,18 +305,23 @@ def resolve_operations(
             f"operations holds {len(operations)} items; at most {MAX_OPERATIONS} are allowed."
         )
     entries: dict[Target, list[str]] = {
-        "user": list(snapshot.user),
-        "memory": list(snapshot.memory),
+        target: list(snapshot.entries(target)) for target in TARGETS
     }
     changes: list[Change] = []
     for position, operation in enumerate(operations, start=1):
         try:
-            check_fields(operation)
-            changes.append(_apply_one(entries[operation.target], operation))
+            check_fields(operation, snapshot.targets)
+            limit = snapshot.limit(operation.target)
+            changes.append(_apply_one(entries[operation.target], operation, limit))
         except MemoryValidationError as error:
             prefix = f"Operation {position} ({operation.action} on {operation.target}): "
             raise MemoryValidationError(prefix + error.message, code=error.code) from None
-    updated = Snapshot(user=tuple(entries["user"]), memory=tuple(entries["memory"]))
+    updated = replace(
+        snapshot,
+        user=tuple(entries["user"]),
+        memory=tuple(entries["memory"]),
+        project=tuple(entries["project"]),
+    )
     validate_capacity(updated)
     return updated, tuple(changes)
 

@@ -13,12 +13,14 @@ from typing import TypeVar
 from sqlalchemy import Engine
 
 from app.concurrency import CancelFlag, finish_even_if_cancelled, to_thread
+from app.conversations.search import optimize_fulltext
 from app.db.deadline import DeadlineExceededError, within
 from app.db.engine import one_statement_read
 from app.db.locking import is_retryable, is_timeout, is_unique_violation
 from app.db.writers import WriterLockTimeoutError
 from app.erasure import audit
-from app.memory import proposals, repository, writes
+from app.memory import projects, proposals, repository, writes
+from app.memory.projects import GENERAL, Project, Scope
 from app.memory.provenance import Proposer, Provenance, SaveMode
 from app.memory.repository import CancelCheck
 from app.memory.rules import Operation, Snapshot, Target
@@ -101,38 +103,126 @@ class MemoryService:
         register_memory(snapshot)  # memory content is scrubbed from this request's telemetry
         return snapshot
 
-    def read_with_save_mode(self, user_id: str) -> tuple[Snapshot, SaveMode]:
-        """`read`, and the person's save mode in the same statement (what a turn's start
-        reads when memory is on: one round trip for both)."""
+    def read_with_save_mode(
+        self, user_id: str, scope: Scope = GENERAL
+    ) -> tuple[Snapshot, SaveMode]:
+        """`read` (`read_scoped` in a project), and the person's save mode: what a turn's start
+        reads when memory is on. Outside projects both come from one statement; a project's
+        documents and the mode share one connection."""
         try:
             with self.engine.connect() as connection:
                 one_statement_read(connection)
-                snapshot, mode = repository.load_snapshot_and_save_mode(connection, user_id)
+                if scope.project_id is None:
+                    snapshot, stored = repository.load_snapshot_and_save_mode(connection, user_id)
+                    mode = proposals.mode_of(stored)
+                else:
+                    snapshot = repository.load_scoped(
+                        connection, user_id, scope, project_limit=self.limits.project_chars
+                    )
+                    mode = proposals.save_mode(connection, user_id)
                 connection.rollback()
+        except projects.ProjectNotFoundError:
+            raise
         except Exception as error:
             raise MemoryUnavailableError(type(error).__name__) from error
         register_memory(snapshot)
-        return snapshot, proposals.mode_of(mode)
+        return snapshot, mode
 
     async def read_with_save_mode_async(
-        self, user_id: str, *, seconds: float
+        self, user_id: str, *, seconds: float, scope: Scope = GENERAL
     ) -> tuple[Snapshot, SaveMode]:
         """`read_with_save_mode` in a worker thread, within `seconds` (as `read_async`)."""
         try:
             return await within(
-                seconds, lambda: to_thread(self.read_with_save_mode, user_id), what="memory read"
+                seconds,
+                lambda: to_thread(self.read_with_save_mode, user_id, scope),
+                what="memory read",
             )
         except DeadlineExceededError as error:
             raise MemoryUnavailableError("DeadlineExceededError") from error
 
-    async def read_async(self, user_id: str, *, seconds: float | None = None) -> Snapshot:
-        """`read` in a worker thread, within `seconds` (default MEMORY_READ_TIMEOUT_SECONDS):
-        past it, MemoryUnavailableError, and the abandoned read is broken off."""
+    async def read_async(
+        self, user_id: str, *, seconds: float | None = None, scope: Scope = GENERAL
+    ) -> Snapshot:
+        """`read` (or `read_scoped`) in a worker thread, within `seconds` (default
+        MEMORY_READ_TIMEOUT_SECONDS): past it, MemoryUnavailableError, and the abandoned read
+        is broken off."""
         bound = self.read_timeout_seconds if seconds is None else seconds
+
+        def read() -> Snapshot:
+            if scope.project_id is None:
+                return self.read(user_id)
+            return self.read_scoped(user_id, scope)
+
         try:
-            return await within(bound, lambda: to_thread(self.read, user_id), what="memory read")
+            return await within(bound, lambda: to_thread(read), what="memory read")
         except DeadlineExceededError as error:
             raise MemoryUnavailableError("DeadlineExceededError") from error
+
+    def read_scoped(self, user_id: str, scope: Scope) -> Snapshot:
+        """The documents of `scope` (rules.scope_targets); ProjectNotFoundError when the project
+        is not the user's, any other failure MemoryUnavailableError."""
+        try:
+            with self.engine.connect() as connection:
+                one_statement_read(connection)
+                snapshot = repository.load_scoped(
+                    connection, user_id, scope, project_limit=self.limits.project_chars
+                )
+                connection.rollback()
+        except projects.ProjectNotFoundError:
+            raise
+        except Exception as error:
+            raise MemoryUnavailableError(type(error).__name__) from error
+        register_memory(snapshot)
+        return snapshot
+
+    # -- projects -----------------------------------------------------------------------------
+
+    def list_projects(self, user_id: str) -> list[Project]:
+        with self.engine.connect() as connection:
+            return projects.list_projects(connection, user_id)
+
+    def get_project(self, user_id: str, project_id: str) -> Project | None:
+        with self.engine.connect() as connection:
+            return projects.get(connection, user_id, project_id)
+
+    def create_project(self, user_id: str, name: str, general_memory: bool = False) -> Project:
+        """ProjectLimitError past PROJECTS_MAX (counted under the user's writer lock)."""
+        limit = self.limits.projects
+        return self._run(
+            user_id,
+            "project",
+            lambda unit: writes.create_project(unit, name, general_memory, limit),
+            _never,
+        )[0]
+
+    def change_project(
+        self,
+        user_id: str,
+        project_id: str,
+        *,
+        name: str | None = None,
+        general_memory: bool | None = None,
+    ) -> Project:
+        return self._run(
+            user_id,
+            "project",
+            lambda unit: writes.change_project(unit, project_id, name, general_memory),
+            _never,
+        )[0]
+
+    def delete_project(self, user_id: str, project_id: str, conversations: str | None) -> int:
+        """writes.delete_project; on MariaDB the deleted messages' words leave the FULLTEXT
+        index after the transaction."""
+        count = self._run(
+            user_id,
+            "project",
+            lambda unit: writes.delete_project(unit, project_id, conversations),
+            _never,
+        )[0]
+        if count and conversations == "delete":
+            optimize_fulltext(self.engine)
+        return count
 
     # -- writes -----------------------------------------------------------------------------
     # Every write runs in one unit of work (app/memory/unit_of_work.py) that holds the user's
@@ -174,6 +264,7 @@ class MemoryService:
         proposal_id: str | None = None,
         may_propose: bool = False,
         begun_at: datetime | None = None,
+        scope: Scope = GENERAL,
     ) -> CommitResult:
         """Apply staged batches (or an undo, or an accepted proposal) to the latest stored
         snapshot under the user's writer lock, recording the change in the history in the same
@@ -184,7 +275,7 @@ class MemoryService:
         begun = None
         if begun_at is not None:
             begun = Begun(audit.subject_hash(self.erasure_key, user_id), begun_at)
-        request = WriteRequest(provenance, batches, proposal_id, may_propose, begun)
+        request = WriteRequest(provenance, batches, proposal_id, may_propose, begun, scope)
         what = "proposal" if proposal_id is not None else provenance.source
         written, retries = self._run(
             user_id,
@@ -211,6 +302,7 @@ class MemoryService:
         proposal_id: str | None = None,
         may_propose: bool = False,
         begun_at: datetime | None = None,
+        scope: Scope = GENERAL,
     ) -> CommitResult:
         """Run the commit in a worker thread; cancellation reaches it through `cancel_event`.
 
@@ -229,13 +321,16 @@ class MemoryService:
                     proposal_id=proposal_id,
                     may_propose=may_propose,
                     begun_at=begun_at,
+                    scope=scope,
                 )
             ),
             on_cancel=cancel_event.set,
             cleanup_seconds=None,
         )
 
-    def propose(self, user_id: str, batches: Batches, proposer: Proposer) -> CommitResult:
+    def propose(
+        self, user_id: str, batches: Batches, proposer: Proposer, scope: Scope = GENERAL
+    ) -> CommitResult:
         """Store `batches` as a proposal for the user to review (an import), never as a change;
         `proposal_id` is None when they would change nothing. A batch that breaks a rule raises
         MemoryValidationError and stores nothing."""
@@ -244,7 +339,7 @@ class MemoryService:
         written, retries = self._run(
             user_id,
             "propose",
-            lambda unit: writes.propose(unit, batches, proposer, self.limits),
+            lambda unit: writes.propose(unit, batches, proposer, self.limits, scope),
             _never,
         )
         return CommitResult(
@@ -256,9 +351,9 @@ class MemoryService:
         )
 
     async def propose_async(
-        self, user_id: str, batches: Batches, proposer: Proposer
+        self, user_id: str, batches: Batches, proposer: Proposer, scope: Scope = GENERAL
     ) -> CommitResult:
-        return await to_thread(self.propose, user_id, batches, proposer)
+        return await to_thread(self.propose, user_id, batches, proposer, scope)
 
     def forget(self, user_id: str) -> int:
         """Memory, its history and pending proposals, in one transaction: nothing committed
@@ -267,6 +362,15 @@ class MemoryService:
 
     async def forget_async(self, user_id: str) -> int:
         return await to_thread(self.forget, user_id)
+
+    def forget_project(self, user_id: str, project_id: str) -> int:
+        """One project's document, history and proposals, in one transaction."""
+        return self._run(
+            user_id, "forget", lambda unit: writes.forget_project(unit, project_id), _never
+        )[0]
+
+    async def forget_project_async(self, user_id: str, project_id: str) -> int:
+        return await to_thread(self.forget_project, user_id, project_id)
 
     def erase(self, user_id: str, stamp: datetime) -> int:
         """Erasure's first step (writes.erase): the unfinished audit row and every row of the
@@ -287,15 +391,15 @@ class MemoryService:
             _never,
         )[0]
 
-    def reject(self, user_id: str, proposal_id: str) -> bool:
-        """Delete a pending proposal; False when it is not the caller's, or no longer pending
-        (accepted, rejected or expired)."""
-        return self._run(user_id, "reject", lambda unit: writes.reject(unit, proposal_id), _never)[
-            0
-        ]
+    def reject(self, user_id: str, proposal_id: str, scope: Scope = GENERAL) -> bool:
+        """Delete a pending proposal; False when it is not the caller's, not of `scope`'s
+        project, or no longer pending (accepted, rejected or expired)."""
+        return self._run(
+            user_id, "reject", lambda unit: writes.reject(unit, proposal_id, scope), _never
+        )[0]
 
-    async def reject_async(self, user_id: str, proposal_id: str) -> bool:
-        return await to_thread(self.reject, user_id, proposal_id)
+    async def reject_async(self, user_id: str, proposal_id: str, scope: Scope = GENERAL) -> bool:
+        return await to_thread(self.reject, user_id, proposal_id, scope)
 
     def set_save_mode(self, user_id: str, mode: SaveMode) -> None:
         self._run(user_id, "save_mode", lambda unit: writes.set_save_mode(unit, mode), _never)

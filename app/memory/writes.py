@@ -14,9 +14,11 @@ from functools import cache
 
 from sqlalchemy import Connection, Insert, select
 
+from app.conversations import repository as transcripts
 from app.erasure import audit
-from app.memory import history, proposals, repository
+from app.memory import history, projects, proposals, repository
 from app.memory.ledger import replay, replay_changes
+from app.memory.projects import GENERAL, Project, Scope
 from app.memory.provenance import (
     Batches,
     Proposer,
@@ -54,24 +56,30 @@ class Begun:
 
 @dataclass(frozen=True)
 class WriteLimits:
-    """MEMORY_HISTORY_LIMIT, MEMORY_PROPOSAL_LIMIT and MEMORY_PROPOSAL_TTL_HOURS."""
+    """MEMORY_HISTORY_LIMIT, MEMORY_PROPOSAL_LIMIT, MEMORY_PROPOSAL_TTL_HOURS,
+    PROJECT_MEMORY_CHARS and PROJECTS_MAX."""
 
     history: int = 200
     proposals: int = 20
     proposal_ttl: timedelta = timedelta(days=7)
+    project_chars: int = 2_200  # PROJECT_MEMORY_CHARS
+    projects: int = 100  # PROJECTS_MAX
 
 
 @dataclass(frozen=True)
 class WriteRequest:
     """What one commit is asked to do. `proposal_id`: accept that proposal (its batches are the
     write, and it is deleted with it). An undo's provenance names the change it reverses.
-    `may_propose`: a turn's batch, which becomes a proposal when the user asks first."""
+    `may_propose`: a turn's batch, which becomes a proposal when the user asks first.
+    `scope`: the project the write runs in (an undone change or an accepted proposal must have
+    been made in the same one, or it reads as absent)."""
 
     provenance: Provenance = API
     batches: Batches = ()
     proposal_id: str | None = None
     may_propose: bool = False
     begun: Begun | None = None
+    scope: Scope = GENERAL
 
 
 @dataclass(frozen=True)
@@ -88,9 +96,10 @@ def resolve(
     """The batches to apply and where they come from, read inside the transaction so that they
     are the latest (an accepted proposal keeps the turn and conversation it came from)."""
     undoes = request.provenance.undoes
+    project_id = request.scope.project_id
     if undoes is not None:
         entry = history.get(connection, user_id, undoes)
-        if entry is None:
+        if entry is None or entry.project_id != project_id:
             raise MemoryNotFoundError("no such change")
         register_sensitive(*entry_strings(entry))
         operations = inverse(entry.changes)
@@ -99,7 +108,7 @@ def resolve(
         return [operations], request.provenance
     if request.proposal_id is not None:
         proposal = proposals.get(connection, user_id, request.proposal_id)
-        if proposal is None:
+        if proposal is None or proposal.project_id != project_id:
             raise MemoryNotFoundError("no such proposal")
         register_sensitive(*proposal_strings(proposal))
         return proposal.batches, Provenance(
@@ -119,10 +128,9 @@ def write(
     connection, user_id = unit.connection, unit.user_id
     check_cancel(should_cancel, "before the query")
     begun = request.begun
-    current = repository.load_snapshot(connection, user_id, lock=True)
-    register_memory(current)
     if begun is not None:
-        # A turn's commit: both its reads under the lock in one statement.
+        # A turn's commit: both its reads under the lock in one statement, before the scope's
+        # documents (an erased person's project is gone: the erasure is the answer then).
         erased, mode = connection.execute(
             _TURN_READS,
             {"subject_hash": begun.subject_hash, "since": begun.at, "owner_id": user_id},
@@ -132,6 +140,10 @@ def write(
         asks = request.may_propose and proposals.mode_of(mode) == "ask"
     else:
         asks = request.may_propose and proposals.save_mode(connection, user_id) == "ask"
+    current = repository.load_scoped(
+        connection, user_id, request.scope, project_limit=limits.project_chars, lock=True
+    )
+    register_memory(current)
     batches, provenance = resolve(connection, user_id, request)
     register_operations(batches)  # before the SQL that binds them
     if asks:
@@ -151,6 +163,7 @@ def write(
             keep=limits.proposals,
             proposer=provenance.proposer,
             client=provenance.client,
+            project_id=request.scope.project_id,
         )
         check_cancel(should_cancel, "before the transaction ended")
         return Written(current, (), proposal_id=proposal_id)
@@ -162,7 +175,14 @@ def write(
         raise
     check_cancel(should_cancel, "before persistence")
     changed, change_id = persist(
-        connection, user_id, provenance, current, updated, changes, keep=limits.history
+        connection,
+        user_id,
+        provenance,
+        current,
+        updated,
+        changes,
+        keep=limits.history,
+        project_id=request.scope.project_id,
     )
     if request.proposal_id is not None and not proposals.remove(
         connection, user_id, request.proposal_id
@@ -181,6 +201,7 @@ def persist(
     changes: Sequence[Change],
     *,
     keep: int,
+    project_id: str | None = None,
 ) -> tuple[list[Target], str | None]:
     """Write the documents that changed and their history row, and trim the history to the
     newest `keep` entries; nothing when nothing changed. Returns the changed targets and the
@@ -191,20 +212,22 @@ def persist(
     inside the per-user lock. Its parts touch different rows and share one snapshot, which
     the trim accounts for (history.TRIM_BEFORE_INSERT). MariaDB/MySQL and SQLite have no
     data-modifying CTEs, and MariaDB refuses a DELETE that reads its own table: one statement
-    each there. Every statement is built once and bound per call.
+    each there. Every statement is built once and bound per call. `project_id`: the project the
+    change was made in (its document's key, and the history entry's project).
     """
     writes, contents = repository.document_writes(current, updated)
     if not writes:
         return [], None
     changed = [target for target, _ in writes]
-    entry = history.entry_params(user_id, provenance, changes)
+    bound: dict[str, str | None] = {**contents, "project_key": project_id}
+    entry = history.entry_params(user_id, provenance, changes, project_id)
     if connection.dialect.name == "postgresql":
-        params = {**entry, **contents, "keep_older": keep - 1}
+        params = {**entry, **bound, "keep_older": keep - 1}
         connection.execute(_in_one_statement(tuple(writes)), params)
         return changed, str(entry["entry_id"])
     for target, kind in writes:
         connection.execute(
-            repository.document_statement(target, kind), {"owner_id": user_id, **contents}
+            repository.document_statement(target, kind), {"owner_id": user_id, **bound}
         )
     connection.execute(history.ENTRY_INSERT, entry)
     history.trim(connection, user_id, keep)
@@ -220,11 +243,19 @@ def _in_one_statement(writes: tuple[tuple[Target, repository.DocumentWrite], ...
     return history.ENTRY_INSERT.add_cte(*parts, history.TRIM_BEFORE_INSERT.cte("trimmed"))
 
 
-def propose(unit: UnitOfWork, batches: Batches, proposer: Proposer, limits: WriteLimits) -> Written:
+def propose(
+    unit: UnitOfWork,
+    batches: Batches,
+    proposer: Proposer,
+    limits: WriteLimits,
+    scope: Scope = GENERAL,
+) -> Written:
     """Store `batches` as a proposal, never as a change (an import): only when they pass the
     rules against the latest snapshot and would change something (no proposal_id otherwise)."""
     connection, user_id = unit.connection, unit.user_id
-    current = repository.load_snapshot(connection, user_id, lock=True)
+    current = repository.load_scoped(
+        connection, user_id, scope, project_limit=limits.project_chars, lock=True
+    )
     register_memory(current)
     register_operations(batches)
     if replay(current, batches) == current:
@@ -238,17 +269,25 @@ def propose(unit: UnitOfWork, batches: Batches, proposer: Proposer, limits: Writ
         ttl=limits.proposal_ttl,
         keep=limits.proposals,
         proposer=proposer,
+        project_id=scope.project_id,
     )
     return Written(current, (), proposal_id=proposal_id)
 
 
 def forget(unit: UnitOfWork) -> int:
-    """Memory, its history and pending proposals; the save mode (a preference) stays."""
+    """Memory (every project's document too), its history and pending proposals; the save mode
+    and the projects themselves (names, settings) stay."""
     connection, user_id = unit.connection, unit.user_id
     removed = repository.delete_all(connection, user_id)
+    removed += projects.forget_documents(connection, user_id)
     history.delete_all(connection, user_id)
     proposals.delete_all(connection, user_id)
     return removed
+
+
+def forget_project(unit: UnitOfWork, project_id: str) -> int:
+    """One project's document, history and proposals; the project stays."""
+    return projects.forget(unit.connection, unit.user_id, project_id)
 
 
 def erase(unit: UnitOfWork, subject_hash: str, stamp: datetime) -> int:
@@ -260,6 +299,7 @@ def erase(unit: UnitOfWork, subject_hash: str, stamp: datetime) -> int:
     audit.mark_started(connection, subject_hash, stamp)
     removed = forget(unit)
     proposals.delete_preferences(connection, user_id)
+    projects.delete_all(connection, user_id)
     return removed
 
 
@@ -269,10 +309,46 @@ def expire_history(unit: UnitOfWork, cutoff: datetime, limit: int) -> int:
     return history.delete_older_than(unit.connection, unit.user_id, cutoff, limit)
 
 
-def reject(unit: UnitOfWork, proposal_id: str) -> bool:
-    """Delete a pending proposal; False when it is not the user's, was already accepted or
-    rejected, or has expired (the same 404 either way)."""
+def reject(unit: UnitOfWork, proposal_id: str, scope: Scope = GENERAL) -> bool:
+    """Delete a pending proposal; False when it is not the user's, was not staged in `scope`'s
+    project, was already accepted or rejected, or has expired (the same 404 either way)."""
+    found = proposals.get(unit.connection, unit.user_id, proposal_id)
+    if found is not None and found.project_id != scope.project_id:
+        return False
     return proposals.remove(unit.connection, unit.user_id, proposal_id, pending_only=True)
+
+
+# -- projects --------------------------------------------------------------------------------
+
+
+def create_project(unit: UnitOfWork, name: str, general_memory: bool, limit: int) -> Project:
+    return projects.create(unit.connection, unit.user_id, name, general_memory, limit=limit)
+
+
+def change_project(
+    unit: UnitOfWork, project_id: str, name: str | None, general_memory: bool | None
+) -> Project:
+    return projects.change(
+        unit.connection, unit.user_id, project_id, name=name, general_memory=general_memory
+    )
+
+
+def delete_project(unit: UnitOfWork, project_id: str, conversations: str | None) -> int:
+    """The project, its document, history and proposals, in one transaction with what happens
+    to its conversations: `delete` (with their messages and search index rows) or `detach`
+    (they become general conversations). None with conversations left: ProjectNotEmptyError.
+    Returns the number of conversations deleted or detached."""
+    connection, user_id = unit.connection, unit.user_id
+    projects.require(connection, user_id, project_id)
+    count = projects.conversation_count(connection, user_id, project_id)
+    if count and conversations is None:
+        raise projects.ProjectNotEmptyError(count)
+    if count and conversations == "delete":
+        transcripts.remove_project(connection, user_id, project_id)
+    elif count:
+        transcripts.detach_project(connection, user_id, project_id)
+    projects.remove(connection, user_id, project_id)
+    return count
 
 
 def set_save_mode(unit: UnitOfWork, mode: SaveMode) -> None:

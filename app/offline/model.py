@@ -39,7 +39,8 @@ _SEARCH = re.compile(
     r"|search (?:my|our) (?:conversations|history) for)\s+(?P<topic>.+?)[\s?.!]*$",
     re.I | re.S,
 )
-_HEADING = re.compile(r"^(USER PROFILE|AGENT MEMORY) \[.*\]$", re.M)
+_HEADING = re.compile(r"^(USER PROFILE|AGENT MEMORY|PROJECT MEMORY) \[.*\]$", re.M)
+_STORES = {"USER PROFILE": "user", "AGENT MEMORY": "memory", "PROJECT MEMORY": "project"}
 _IRREGULAR = {
     "am": "is",
     "have": "has",
@@ -80,7 +81,7 @@ def memory_entries(system_text: str) -> dict[str, list[str]]:
     """The entries of the memory block in a system prompt (empty when there is no block): the
     block ends at the closing tag with the opening tag's nonce, and each entry line is read as
     the JSON string it is."""
-    entries: dict[str, list[str]] = {"user": [], "memory": []}
+    entries: dict[str, list[str]] = {"user": [], "memory": [], "project": []}
     opening = _OPEN_TAG.search(system_text)
     if opening is None:
         return entries
@@ -92,7 +93,7 @@ def memory_entries(system_text: str) -> dict[str, list[str]]:
     for position, heading in enumerate(headings):
         stop = headings[position + 1].start() if position + 1 < len(headings) else len(block)
         lines = block[heading.end() : stop].split("\n")
-        target = "user" if heading.group(1) == "USER PROFILE" else "memory"
+        target = _STORES[heading.group(1)]
         entries[target] = [_entry(line) for line in lines if line.strip()]
     return entries
 
@@ -170,6 +171,17 @@ def _after_search(result: str) -> str:
     return "From our earlier conversations:\n\n" + "\n\n".join(quotes)
 
 
+def _targets(request: ChatRequest) -> list[str]:
+    """The `target` enum of the memory tool the request offers (empty when not offered)."""
+    for tool in request.tools:
+        function = tool.get("function", {})
+        if function.get("name") == MEMORY_TOOL:
+            parameters = function.get("parameters", {})
+            item = parameters.get("properties", {}).get("operations", {}).get("items", {})
+            return list(item.get("properties", {}).get("target", {}).get("enum", []))
+    return []
+
+
 class OfflineModel:
     """Reads the system prompt it is given and the last message; answers deterministically."""
 
@@ -203,7 +215,10 @@ class OfflineModel:
             fact = _user_fact(rest)
             if fact is not None:
                 return self._save("user", fact, can_write, request)
-            return self._save("memory", _sentence(rest), can_write, request)
+            # A fact about the work: the project's document in a project (its tool offers the
+            # `project` target), else the general one.
+            work = "project" if "project" in _targets(request) else "memory"
+            return self._save(work, _sentence(rest), can_write, request)
         if re.match(r"^i prefer\b", lowered) or _NAME.search(text):
             fact = _user_fact(text)
             if fact is not None:
@@ -234,7 +249,7 @@ class OfflineModel:
         if clause:  # "I prefer tea" is stored as "The user prefers tea."
             needles.append(_third_person(clause.group("rest")).lower())
         needles.append(re.sub(r"\bmy\b", "user's", needle, flags=re.I).lower())
-        for target in ("user", "memory"):
+        for target in ("user", "project", "memory"):
             for entry in entries[target]:
                 if any(candidate and candidate in entry.lower() for candidate in needles):
                     if not can_write:
@@ -251,7 +266,7 @@ class OfflineModel:
 
     @staticmethod
     def _recall(entries: dict[str, list[str]]) -> str:
-        remembered = entries["user"] + entries["memory"]
+        remembered = entries["user"] + entries["project"] + entries["memory"]
         if not remembered:
             return "I do not remember anything yet."
         return "Here is what I remember: " + " ".join(

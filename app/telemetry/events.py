@@ -49,10 +49,10 @@ class _Targeted(Protocol):
 
 
 def count_targets(operations: Iterable[_Targeted]) -> dict[str, int]:
-    counts = {"user": 0, "memory": 0}
+    counts = {"user": 0, "memory": 0}  # outside projects, the shape it always had
     for operation in operations:
-        if operation.target in counts:
-            counts[operation.target] += 1
+        if operation.target in ("user", "memory", "project"):
+            counts[operation.target] = counts.get(operation.target, 0) + 1
     return counts
 
 
@@ -76,17 +76,22 @@ def memory_event(
     extra = {name: int(value) for name, value in counts.items()}
     user_targets = int(targets.get("user", 0))
     memory_targets = int(targets.get("memory", 0))
+    project_targets = int(targets.get("project", 0))
     fields: dict[str, Any] = {
         "tool": tool,
         "operation_count": int(operation_count),
         "targets": {"user": user_targets, "memory": memory_targets},
         "user_characters": usage.user,
         "memory_characters": usage.memory,
+        # In a project only (counts, never its id or content).
+        **({"project_characters": usage.project} if usage.project is not None else {}),
         "duration_ms": round(float(duration_ms), 1),
         "retry_count": int(retry_count),
         "outcome": outcome,
         **extra,
     }
+    if project_targets or usage.project is not None:
+        fields["targets"]["project"] = project_targets
     if reason is not None:
         fields["reason"] = reason if _CODE.match(reason) else "other"
     name = MEMORY_TOOL_EVENT if stage == "tool" else MEMORY_COMMIT_EVENT

@@ -34,8 +34,14 @@ BODY_ROUTES: dict[tuple[str, str], dict[str, str]] = {
     ("POST", "/openai/v1/chat/completions"): OPERATOR,
     ("POST", "/v1/memory/import"): OPERATOR,
     ("DELETE", "/v1/account"): OPERATOR,
+    ("POST", "/v1/projects"): OPERATOR,
+    ("PATCH", "/v1/projects/{project_id}"): OPERATOR,
 }
-PATH_VALUES = {"name": "memory", "conversation_id": "00000000-0000-4000-8000-000000000000"}
+PATH_VALUES = {
+    "name": "memory",
+    "conversation_id": "00000000-0000-4000-8000-000000000000",
+    "project_id": "00000000-0000-4000-8000-000000000000",
+}
 
 UNUSABLE: list[Any] = [
     pytest.param(b"{oops", NOT_JSON, id="malformed"),

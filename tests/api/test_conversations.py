@@ -83,7 +83,14 @@ def test_list_newest_first_and_delete(engine: Engine, db_url: str) -> None:
         gone = httpx.get(f"{url}/v1/conversations/{ids[0]}", headers=dev_auth("alice"))
         after = httpx.get(f"{url}/v1/conversations", headers=dev_auth("alice")).json()
     assert [c["id"] for c in listed["conversations"]] == ids[::-1]
-    assert set(listed["conversations"][0]) == {"id", "title", "created_at", "updated_at"}
+    assert set(listed["conversations"][0]) == {
+        "id",
+        "title",
+        "created_at",
+        "updated_at",
+        "project_id",
+    }
+    assert listed["conversations"][0]["project_id"] is None
     assert (deleted.status_code, gone.status_code) == (204, 404)
     assert [c["id"] for c in after["conversations"]] == ids[1:]
     model.assert_done()

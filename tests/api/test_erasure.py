@@ -130,10 +130,11 @@ def test_the_command_line_erases_a_user(engine: Engine, db_url: str, tmp_path: P
             AUTH_DEV_SECRET=TEST_DEV_SECRET,
         )
     assert result.returncode == 0, result.stderr
-    assert "memory documents: 2, conversations: 2" in result.stdout
+    # Both documents and the planted project's; the two conversations and the project's one.
+    assert "memory documents: 3, conversations: 3" in result.stdout
     assert person.subject not in result.stdout
     assert scan(engine, person.all()) == []
-    assert rows_about(engine, other.subject)["conversations"] == 2
+    assert rows_about(engine, other.subject)["conversations"] == 3
 
 
 def chat(url: str, person: str, message: str) -> list[Event]:
@@ -206,7 +207,7 @@ def test_an_erasure_cut_halfway_is_finished_by_running_it_again(engine: Engine) 
         ErasureService(engine, memory, Failing(engine)).erase(person.subject)
     with engine.connect() as connection:
         assert [row.completed_at for row in connection.execute(select(erasures))] == [None]
-    assert rows_about(engine, person.subject) == {**NOTHING, "conversations": 2}
+    assert rows_about(engine, person.subject) == {**NOTHING, "conversations": 3}
     conversations_ = ConversationService(engine)
     assert purge(engine, memory, conversations_, RetentionPolicy()).unfinished_erasures == 1
     with fulltext_optimizable(engine):

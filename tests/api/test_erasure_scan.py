@@ -158,3 +158,34 @@ def test_the_export_holds_everything_an_erasure_removes(engine: Engine, url: str
     needles.pop("postgres_owner_lexeme")
     assert [name for name, value in needles.items() if tail(value) not in exported] == []
     assert [name for name, value in other.all().items() if tail(value) in exported] == []
+
+
+def test_deleting_a_project_leaves_nothing_of_it(engine: Engine, url: str) -> None:
+    """DELETE /v1/projects/{id}?conversations=delete: the project's name and id, its document,
+    its history (of an entry no longer in it too), its proposal and its conversation (title,
+    messages, index entries) are nowhere; the person's general memory and other conversations
+    are all still found."""
+    person, _other = planted_pair(engine)
+    response = httpx.delete(
+        f"{url}/v1/projects/{person.projects['project_id']}",
+        params={"conversations": "delete"},
+        headers=dev_auth(person.subject),
+    )
+    assert response.status_code == 204, response.text
+    project = {
+        **person.projects,
+        **{name: value for name, value in person.memory.items() if name.startswith("project_")},
+        **{
+            name: value
+            for name, value in person.kept_conversation.items()
+            if name.startswith("project_")
+        },
+    }
+    assert len(project) == 11
+    assert scan(engine, project) == []
+    kept = {
+        name: value
+        for name, value in {**person.memory, **person.kept_conversation}.items()
+        if name not in project
+    }
+    assert {hit.split(":")[-1] for hit in scan(engine, kept)} == set(kept)

@@ -58,6 +58,7 @@ def test_pages_at_and_past_the_bound_export_everything_in_order(
         "subject",
         "memory",
         "settings",
+        "projects",
         "history",
         "proposals",
         "expired_proposals",
@@ -65,12 +66,20 @@ def test_pages_at_and_past_the_bound_export_everything_in_order(
         "conversations",
     ]
     assert body["subject"] == "alice" and body["settings"] == {"save_mode": "auto"}
+    assert body["projects"] == []
     assert [change["operations"][0]["after"] for change in body["history"]] == [
         f"F{n}." for n in reversed(range(rows))
     ]
     assert [conversation["id"] for conversation in body["conversations"]] == ids
     for conversation in body["conversations"]:
-        assert set(conversation) == {"id", "title", "created_at", "updated_at", "messages"}
+        assert set(conversation) == {
+            "id",
+            "title",
+            "created_at",
+            "updated_at",
+            "project_id",
+            "messages",
+        }
         assert [m["content"] for m in conversation["messages"]] == [
             f"message {n}" for n in range(rows)
         ]

@@ -24,6 +24,7 @@ from mcp_types import CallToolResult, Implementation
 from sqlalchemy import Engine
 
 from app.memory.contract import operations_schema
+from app.memory.rules import TARGETS
 from tests.support.apps import api_settings, oidc_settings, served
 from tests.support.tokens import JwksServer, SigningKey, bearer, dev_auth, oidc_claims
 
@@ -88,7 +89,7 @@ async def test_tools_are_listed_with_the_chat_tools_schema_and_rules(base: str) 
     update = tools["memory_update"]
     published = update.input_schema["properties"]["operations"]
     assert {k: v for k, v in published.items() if k != "title"} == (
-        operations_schema()["properties"]["operations"]
+        operations_schema(TARGETS)["properties"]["operations"]
     )
     assert update.input_schema["required"] == ["operations"]
     description = update.description or ""

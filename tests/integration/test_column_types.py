@@ -42,6 +42,14 @@ ID_COLUMNS = {
     ("amem_usage_daily", "user_id"): 128,
     ("amem_audit_log", "actor"): 128,
     ("amem_audit_log", "target"): 128,
+    # Projects (revision 0012).
+    ("amem_projects", "id"): 36,
+    ("amem_projects", "user_id"): 128,
+    ("amem_project_memory", "project_id"): 36,
+    ("amem_project_memory", "user_id"): 128,
+    ("amem_conversations", "project_id"): 36,
+    ("amem_memory_changes", "project_id"): 36,
+    ("amem_memory_proposals", "project_id"): 36,
 }
 # Ids that may be absent: who set a flag, a change's or proposal's turn, conversation, undo,
 # and the turn that superseded a message.
@@ -54,6 +62,10 @@ NULLABLE_IDS = {
     ),
     ("amem_memory_changes", "undoes"),
     ("amem_conversation_messages", "superseded_by"),  # NULL: part of the current transcript
+    # NULL: outside projects.
+    ("amem_conversations", "project_id"),
+    ("amem_memory_changes", "project_id"),
+    ("amem_memory_proposals", "project_id"),
 }
 
 

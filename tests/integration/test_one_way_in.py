@@ -1,4 +1,5 @@
-"""Memory state (documents, history, proposals, preferences) has one way in: the unit of work.
+"""Memory state (documents, history, proposals, preferences, projects and their documents) has
+one way in: the unit of work.
 
 Structurally: only the storage modules build statements that write those tables and only
 app/memory/writes.py runs them, inside a unit of work opened by MemoryService (or the readiness
@@ -19,10 +20,23 @@ from app.memory.service import MemoryService
 from app.memory.unit_of_work import unit_of_work
 
 APP = Path(__file__).resolve().parents[2] / "app"
-TABLE_NAMES = {"agent_memory", "memory_changes", "memory_proposals", "memory_preferences"}
+TABLE_NAMES = {
+    "agent_memory",
+    "memory_changes",
+    "memory_proposals",
+    "memory_preferences",
+    "projects",
+    "project_memory",
+}
 # Where the write statements are built (storage) and run (writes.py, the unit of work's body).
-STATEMENT_MODULES = {"memory/repository.py", "memory/history.py", "memory/proposals.py"}
+STATEMENT_MODULES = {
+    "memory/repository.py",
+    "memory/history.py",
+    "memory/proposals.py",
+    "memory/projects.py",
+}
 STORAGE_WRITERS = {
+    "projects": {"create", "change", "forget", "remove", "forget_documents", "delete_all"},
     "repository": {"delete_all", "document_statement"},
     "history": {"delete_all", "trim", "delete_older_than", "ENTRY_INSERT", "TRIM_BEFORE_INSERT"},
     "proposals": {"add", "remove", "delete_all", "delete_preferences", "set_save_mode"},
@@ -108,9 +122,13 @@ def test_the_engine_refuses_memory_state_writes_outside_a_unit_of_work(
     from sqlalchemy import Table
 
     assert isinstance(table, Table)
+    # A value for each key column a table of projects (revision 0012) has besides the owner.
+    keys = {name: "k" for name in ("id", "project_id") if name in table.primary_key.columns}
     statements = [
         insert(table).values(
-            user_id="mallory", **({"memory_type": "user"} if "memory_type" in table.c else {})
+            user_id="mallory",
+            **({"memory_type": "user"} if "memory_type" in table.c else {}),
+            **keys,
         ),
         text(f"INSERT INTO {table.name} (user_id) VALUES ('mallory')"),
         update(table).where(table.c.user_id == "mallory").values(user_id="eve"),

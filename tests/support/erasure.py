@@ -13,6 +13,7 @@ from sqlalchemy import Engine, inspect, text
 
 from app.conversations import repository as transcripts
 from app.db.schema import conversation_messages, owner_token, postgres_owner_lexeme
+from app.memory.projects import Scope
 from app.memory.provenance import Provenance
 from app.memory.rules import Operation
 from app.memory.service import MemoryService
@@ -36,6 +37,7 @@ class Planted:
 
     subject: str
     memory: dict[str, str] = field(default_factory=dict)  # memory, history, proposals
+    projects: dict[str, str] = field(default_factory=dict)  # a project's name and id
     kept_conversation: dict[str, str] = field(default_factory=dict)
     deleted_conversation: dict[str, str] = field(default_factory=dict)
     identity: dict[str, str] = field(default_factory=dict)
@@ -44,6 +46,7 @@ class Planted:
     def all(self) -> dict[str, str]:
         return {
             **self.memory,
+            **self.projects,
             **self.kept_conversation,
             **self.deleted_conversation,
             **self.identity,
@@ -54,11 +57,20 @@ def _add(target: str, content: str) -> list[Operation]:
     return [Operation(target=target, action="add", content=content)]  # type: ignore[arg-type]
 
 
-def _conversation(engine: Engine, subject: str, stamp: datetime | None = None) -> dict[str, str]:
+def _conversation(
+    engine: Engine, subject: str, stamp: datetime | None = None, project_id: str | None = None
+) -> dict[str, str]:
     conversation_id, turn_id = str(uuid.uuid4()), str(uuid.uuid4())
     title, question, answer = sentinel("title"), sentinel("question"), sentinel("answer")
     with engine.begin() as connection:
-        transcripts.create(connection, conversation_id, subject, f"About {title}", stamp=stamp)
+        transcripts.create(
+            connection,
+            conversation_id,
+            subject,
+            f"About {title}",
+            stamp=stamp,
+            project_id=project_id,
+        )
         transcripts.add_message(
             connection, conversation_id, turn_id, "user", f"Tell me {question} now", "complete"
         )
@@ -77,11 +89,25 @@ def _conversation(engine: Engine, subject: str, stamp: datetime | None = None) -
 def plant(engine: Engine, subject: str) -> Planted:
     """Memory (both documents), history (also of an entry no longer in memory), a pending
     proposal, the save mode, two conversations with titles and messages (so the search index
-    holds their words and the owner's token)."""
+    holds their words and the owner's token); a project (its name), its document, its history
+    (also of an entry no longer in it), a proposal in it and a conversation in it."""
     planted = Planted(subject)
     kept = _conversation(engine, subject)
     deleted = _conversation(engine, subject)
     service = MemoryService(engine)
+    project_name = sentinel("projectname")
+    project = service.create_project(subject, f"Client {project_name}")
+    in_project = _conversation(engine, subject, project_id=project.id)
+    scope = Scope(project.id)
+    project_doc, project_gone, project_proposed = (
+        sentinel(k) for k in ("projectdoc", "projectgone", "projectproposed")
+    )
+    service.commit_operations(subject, [_add("project", f"Uses {project_gone}")], scope=scope)
+    service.commit_operations(
+        subject,
+        [[Operation("project", "replace", match=project_gone, content=f"Uses {project_doc}")]],
+        scope=scope,
+    )
     memory, fact, gone, proposed = (sentinel(k) for k in ("memory", "fact", "gone", "proposed"))
     turn = Provenance("turn", kept["turn_id"], kept["conversation_id"])
     first = service.commit_operations(
@@ -97,7 +123,19 @@ def plant(engine: Engine, subject: str) -> Planted:
         subject, [_add("memory", f"Maybe {proposed}")], provenance=turn, may_propose=True
     )
     assert proposal.proposal_id is not None and first.change_id is not None
+    in_scope = service.commit_operations(
+        subject,
+        [_add("project", f"Maybe {project_proposed}")],
+        provenance=Provenance("turn", in_project["turn_id"], in_project["conversation_id"]),
+        may_propose=True,
+        scope=Scope(project.id, owner=False),
+    )
+    assert in_scope.proposal_id is not None
     planted.memory = {
+        "project_document": project_doc,
+        "project_history_only": project_gone,
+        "project_proposal": project_proposed,
+        "project_proposal_id": in_scope.proposal_id,
         "memory": memory,
         "fact": fact,
         "history_only": gone,
@@ -105,7 +143,11 @@ def plant(engine: Engine, subject: str) -> Planted:
         "change_id": first.change_id,
         "proposal_id": proposal.proposal_id,
     }
-    planted.kept_conversation = kept
+    planted.kept_conversation = {
+        **kept,
+        **{f"project_{key}": value for key, value in in_project.items()},
+    }
+    planted.projects = {"project_name": project_name, "project_id": project.id}
     planted.deleted_conversation = {f"deleted_{key}": value for key, value in deleted.items()}
     planted.conversation_id = deleted["conversation_id"]
     planted.identity = {

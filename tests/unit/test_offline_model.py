@@ -170,7 +170,10 @@ def test_reads_the_tool_result(result: dict[str, Any], expected: str) -> None:
 def test_memory_entries_parse_the_rendered_block() -> None:
     """The block the application renders parses back into its entries."""
     parsed = memory_entries("intro\n" + render_block(SNAPSHOT, TAGS) + "\noutro")
-    assert parsed == {"user": list(SNAPSHOT.user), "memory": list(SNAPSHOT.memory)}
+    assert parsed == {"user": list(SNAPSHOT.user), "memory": list(SNAPSHOT.memory), "project": []}
+    in_project = Snapshot(user=("Ada.",), project=("Uses Go.",), targets=("user", "project"))
+    parsed = memory_entries(render_block(in_project, TAGS))
+    assert parsed == {"user": ["Ada."], "memory": [], "project": ["Uses Go."]}
 
 
 def test_memory_entries_end_only_at_the_turn_tag() -> None:

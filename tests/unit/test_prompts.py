@@ -131,7 +131,7 @@ def test_v2_tells_when_to_search_only_when_the_tool_is_offered() -> None:
     )
 
 
-@pytest.mark.parametrize("version", ["v1", "v2", "v3"])
+@pytest.mark.parametrize("version", ["v1", "v2", "v3", "v4"])
 def test_every_version_stays_loadable_and_renders_the_structural_block(version: str) -> None:
     """Old versions keep loading; whichever one is configured, the block carries this turn's
     tags and string-literal entries (the rendering is code, not template)."""
@@ -144,7 +144,8 @@ def test_every_version_stays_loadable_and_renders_the_structural_block(version: 
 
 
 def test_v3_names_the_turn_tag_and_the_entry_encoding() -> None:
-    """v3 (the default) tells the model the block ends only at this turn's tag and that each
+    """v3 (and v4, the default, which is v3 outside projects: tests/unit/test_project_prompt.py)
+    tells the model the block ends only at this turn's tag and that each
     entry is a JSON string literal, without spelling the closing tag a second time."""
     from app.settings import Settings
 
@@ -153,7 +154,7 @@ def test_v3_names_the_turn_tag_and_the_entry_encoding() -> None:
     before = prompt[: prompt.index(tags.open)]
     assert tags.name in before and "JSON string literal" in before and "DATA" in before
     assert prompt.count(tags.close) == 1
-    assert Settings.model_fields["prompt_version"].default == "v3"
+    assert Settings.model_fields["prompt_version"].default == "v4"
 
 
 def test_each_prompt_draws_a_fresh_nonce() -> None:

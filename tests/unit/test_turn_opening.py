@@ -29,7 +29,9 @@ class Memory:
         self.log = log
         self.until = until
 
-    async def read_async(self, user_id: str, *, seconds: float | None = None) -> Snapshot:
+    async def read_async(
+        self, user_id: str, *, seconds: float | None = None, scope: object = None
+    ) -> Snapshot:
         self.log.append("read starts")
         if self.until is not None:
             await asyncio.wait_for(self.until.wait(), seconds)
@@ -44,7 +46,9 @@ class Conversations:
         self.log = log
         self.releases = releases
 
-    async def create(self, user_id: str, turn_id: str, first_message: str) -> str:
+    async def create(
+        self, user_id: str, turn_id: str, first_message: str, project_id: str | None = None
+    ) -> str:
         self.log.append("write starts")
         await asyncio.sleep(0)
         if self.releases is not None:

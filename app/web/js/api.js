@@ -5,11 +5,12 @@
 // token) aborts everything it still has in flight, so no late answer can reach the next person.
 
 export class ApiError extends Error {
-  constructor(status, code, message, retryAfter = null) {
+  constructor(status, code, message, retryAfter = null, details = {}) {
     super(message);
     this.status = status;
     this.code = code;
     this.retryAfter = retryAfter; // seconds, from Retry-After (a limit was hit)
+    this.details = details; // the error object's other fields (409 project_not_empty: conversations)
   }
 }
 
@@ -28,15 +29,18 @@ export function isSessionEnd(error) {
 export async function errorFrom(response) {
   let code = `http_${response.status}`;
   let message = response.statusText || "The request failed.";
+  let details = {};
   try {
     const body = await response.json();
     code = body.error.code;
     message = body.error.message;
+    details = body.error;
   } catch {
     // Not the API's error body (a proxy's page, an empty body): keep the HTTP status.
   }
   const retryAfter = Number.parseInt(response.headers.get("retry-after") || "", 10);
-  return new ApiError(response.status, code, message, Number.isFinite(retryAfter) ? retryAfter : null);
+  return new ApiError(response.status, code, message, Number.isFinite(retryAfter) ? retryAfter : null,
+    details);
 }
 
 // A per-user limit (429 rate_limited) in words a person can act on, or null for other errors.

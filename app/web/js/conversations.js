@@ -1,8 +1,9 @@
-// The conversation list: the signed-in person's conversations grouped by day of last activity,
-// each with a readable title (up to three lines, the whole title as a tooltip) and Delete.
+// The conversation list: the signed-in person's projects, each with its conversations, then the
+// conversations outside projects grouped by day of last activity; each with a readable title
+// (up to three lines, the whole title as a tooltip) and Delete.
 //
-// `render` takes any list of conversations in the API's shape, so a search over conversations
-// can show its results through it.
+// The list is also where the page learns the person's projects (`projects`, `project(id)`):
+// the project rows are drawn by projects.js, the conversation rows here.
 
 import { describe, isSessionEnd } from "./api.js";
 import { confirmAction } from "./dialog.js";
@@ -10,17 +11,24 @@ import { button, el } from "./dom.js";
 import { dayGroup, fullWhen, parseTimestamp } from "./time.js";
 
 export class ConversationList {
-  // onOpen(id), onDeleted(id), onError(text) are the chat's; the list only shows and asks.
-  constructor({ container, empty, onOpen, onDeleted, onError }) {
+  // onOpen(id), onDeleted(id), onError(text) are the chat's; onLoaded() runs after each load
+  // (projects and titles may have changed); `projectRows` draws the projects (projects.js).
+  constructor({ container, empty, projectRows, onOpen, onDeleted, onError, onLoaded = () => {} }) {
     this.container = container;
     this.empty = empty;
+    this.projectRows = projectRows;
     this.onOpen = onOpen;
     this.onDeleted = onDeleted;
     this.onError = onError;
+    this.onLoaded = onLoaded;
     this.client = null;
     this.currentId = null;
+    this.currentProject = null;
     this.busy = false;
     this.titles = new Map(); // id -> title, from the last full list
+    this.conversations = [];
+    this.projects = [];
+    this.loaded = false; // the projects are known (a project missing from them is not the person's)
   }
 
   attach(client) {
@@ -28,10 +36,19 @@ export class ConversationList {
   }
 
   async load() {
+    const client = this.client;
     try {
-      const body = await this.client.request("/v1/conversations");
+      const [body, projects] = await Promise.all([
+        client.request("/v1/conversations"),
+        client.request("/v1/projects"),
+      ]);
+      if (client !== this.client) return;
       this.titles = new Map(body.conversations.map((c) => [c.id, c.title]));
+      this.conversations = body.conversations;
+      this.projects = projects.projects;
+      this.loaded = true;
       this.render(body.conversations);
+      this.onLoaded();
     } catch (error) {
       if (!isSessionEnd(error)) this.onError(`Could not load conversations: ${describe(error)}`);
     }
@@ -41,10 +58,20 @@ export class ConversationList {
     return this.titles.get(id) || null;
   }
 
+  project(id) {
+    return (id && this.projects.find((project) => project.id === id)) || null;
+  }
+
+  // The conversations of one project (newest first, as the API lists them).
+  inProject(projectId) {
+    return this.conversations.filter((conversation) => conversation.project_id === projectId);
+  }
+
   render(conversations) {
     const now = new Date();
     const groups = new Map();
-    for (const conversation of conversations) {
+    const outside = conversations.filter((conversation) => !this.project(conversation.project_id));
+    for (const conversation of outside) {
       const when = parseTimestamp(conversation.updated_at) || now;
       const heading = dayGroup(when, now);
       if (!groups.has(heading)) groups.set(heading, []);
@@ -56,7 +83,9 @@ export class ConversationList {
     ]));
     this.container.replaceChildren(...sections);
     this.empty.hidden = conversations.length > 0;
-    this.markCurrent(this.currentId);
+    this.projectRows.render(this.projects, (project) => this.inProject(project.id)
+      .map((conversation) => this.item(conversation, parseTimestamp(conversation.updated_at) || now)));
+    this.markCurrent(this.currentId, this.currentProject);
     this.setBusy(this.busy);
   }
 
@@ -71,18 +100,25 @@ export class ConversationList {
     return el("li", { className: "conversation" }, [open, remove]);
   }
 
-  markCurrent(id) {
+  // `id`: the open conversation; `projectId`: the project whose page is open (no conversation).
+  markCurrent(id, projectId = null) {
     this.currentId = id;
-    for (const open of this.container.querySelectorAll(".open")) {
-      if (open.dataset.id === id) open.setAttribute("aria-current", "page");
-      else open.removeAttribute("aria-current");
+    this.currentProject = id ? null : projectId;
+    for (const root of [this.container, this.projectRows.root]) {
+      for (const open of root.querySelectorAll(".conversation .open")) {
+        if (open.dataset.id === id) open.setAttribute("aria-current", "page");
+        else open.removeAttribute("aria-current");
+      }
     }
+    this.projectRows.markCurrent(this.currentProject);
   }
 
   // While an answer streams, switching or deleting conversations waits.
   setBusy(busy) {
     this.busy = busy;
-    for (const control of this.container.querySelectorAll("button")) control.disabled = busy;
+    for (const root of [this.container, this.projectRows.root]) {
+      for (const control of root.querySelectorAll("button")) control.disabled = busy;
+    }
   }
 
   async remove(id, title) {
@@ -105,9 +141,14 @@ export class ConversationList {
   reset() {
     this.client = null;
     this.titles = new Map();
+    this.conversations = [];
+    this.projects = [];
+    this.loaded = false;
     this.currentId = null;
+    this.currentProject = null;
     this.busy = false;
     this.container.replaceChildren();
+    this.projectRows.reset();
     this.empty.hidden = true;
   }
 }

@@ -17,6 +17,7 @@ import { ImportDialog } from "./memory/import.js";
 import { MemoryPanel } from "./memory/panel.js";
 import { relabelTurns } from "./memory/status.js";
 import { Notice } from "./notice.js";
+import { projectParts } from "./project-parts.js";
 import { Router } from "./router.js";
 import { dropToken, keepToken, savedToken, subjectOf, takeTokenFromFragment } from "./session.js";
 
@@ -45,10 +46,10 @@ const memory = new MemoryPanel({
   onChanged: (extras, rejected) => relabelTurns($("messages"), extras, rejected),
 });
 const router = new Router({
-  onRoute: (id) => {
+  onRoute: (id, projectId) => {
     if (!client) return;
     if (id) chat.open(id, null, { fromAddress: true });
-    else chat.newConversation({ fromAddress: true });
+    else chat.newConversation({ fromAddress: true, projectId });
   },
 });
 
@@ -61,19 +62,24 @@ const title = new ChatTitle({
   onRenamed: () => conversations.load(),
   onError: (text) => chatNotice.show(text, "error"),
 });
+// The project parts read the others from `parts`, filled in once the chat exists.
+const parts = {};
+const projects = projectParts(parts);
 const account = new AccountDeletion({ onDeleted: () => signOut(ACCOUNT_DELETED, "success") });
 const conversations = new ConversationList({
   container: $("conversation-list"),
   empty: $("conversations-empty"),
+  projectRows: projects.rows,
   onOpen: (id) => chat.open(id),
   onDeleted: (id) => chat.deleted(id),
   onError: (text) => chatNotice.show(text, "error"),
+  onLoaded: () => projects.showPlace(),
 });
 const search = new ConversationSearch({
   form: $("conversation-search"),
   input: $("conversation-search-input"),
   results: $("search-results"),
-  list: $("conversation-list"),
+  list: $("sidebar-lists"),
   empty: $("conversations-empty"),
   onOpen: (id, hit) => chat.open(id, hit),
   onError: (text) => chatNotice.show(text, "error"),
@@ -95,6 +101,7 @@ const chat = new Chat({
   memory,
   router,
   onTitle: (text, id) => title.show(text, id),
+  onPlace: () => projects.showPlace(),
   notice: chatNotice,
   onNavigate: () => drawers.close({ restoreFocus: false }),
   onStreaming: (streaming) => {
@@ -104,6 +111,7 @@ const chat = new Chat({
   // count is a stable thing for tests and the screenshot script to wait on.
   onSettled: () => { document.body.dataset.turns = String(Number(document.body.dataset.turns || 0) + 1); },
 });
+Object.assign(parts, { chat, conversations, memory, title, notice: chatNotice });
 
 function showModelBadge() {
   for (const badge of document.querySelectorAll(".model-badge")) {
@@ -135,7 +143,8 @@ async function signIn(token) {
   client = new ApiClient(token, { onUnauthorized: () => signOut(SESSION_ENDED) });
   const subject = subjectOf(token) || "unknown user";
   keepToken(token);
-  for (const part of [conversations, search, memory, chat, title]) part.attach(client);
+  const { rows, projectPage, move } = projects;
+  for (const part of [conversations, rows, projectPage, move, search, memory, chat, title]) part.attach(client);
   account.attach(client, subject);
   $("account-name").textContent = subject;
   $("account-avatar").textContent = subject.slice(0, 1).toUpperCase();
@@ -146,7 +155,7 @@ async function signIn(token) {
   // A reload, a bookmark or a link opens the conversation its address names.
   const addressed = router.current();
   if (addressed) chat.open(addressed, null, { fromAddress: true });
-  else chat.newConversation({ fromAddress: true });
+  else chat.newConversation({ fromAddress: true, projectId: router.project() });
   await Promise.all([conversations.load(), memory.load()]);
 }
 
@@ -165,6 +174,9 @@ function signOut(message = "", kind = "error") {
   account.reset();
   chat.reset();
   conversations.reset();
+  projects.projectPage.reset();
+  projects.move.reset();
+  projects.showPlace(); // the header, the page and the composer's hint forget the projects
   search.reset();
   memory.reset();
   importDialog.reset();
@@ -216,11 +228,13 @@ function wire() {
     $(id).addEventListener("click", () => chat.newConversation());
   }
   // Links to a conversation inside the page (a memory entry's origin) open it in place.
+  // So do links to a project's page (the header's project).
   document.addEventListener("click", (event) => {
-    const link = event.target.closest("a[data-conversation]");
+    const link = event.target.closest("a[data-conversation], a[data-project]");
     if (!link || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
     event.preventDefault();
-    chat.open(link.dataset.conversation);
+    if (link.dataset.conversation) chat.open(link.dataset.conversation);
+    else chat.newConversation({ projectId: link.dataset.project });
   });
   for (const suggestion of document.querySelectorAll(".suggestion")) {
     suggestion.addEventListener("click", () => composer.fill(suggestion.textContent.trim()));

@@ -1,12 +1,15 @@
 // The chat: the current conversation, its messages, the composer and the turn in flight. Its
-// address follows the conversation shown (router.js).
+// address follows the conversation shown (router.js). The chat is in a place: a project (the
+// project of its conversation, or the project whose page is open) or outside projects; the
+// memory panel follows that place.
 
 import { ApiError, describe, isSessionEnd } from "../api.js";
 import { Turn } from "./turn.js";
 
 export class Chat {
+  // onPlace(conversationId, projectId) is called whenever the place changes.
   constructor({ view, composer, conversations, memory, notice, router, onNavigate = () => {},
-    onStreaming = () => {}, onSettled = () => {}, onTitle = () => {} }) {
+    onStreaming = () => {}, onSettled = () => {}, onTitle = () => {}, onPlace = () => {} }) {
     this.view = view;
     this.composer = composer;
     this.conversations = conversations;
@@ -16,9 +19,11 @@ export class Chat {
     this.onStreaming = onStreaming;
     this.onSettled = onSettled;
     this.onTitle = onTitle;
+    this.onPlace = onPlace;
     this.router = router;
     this.client = null;
     this.conversationId = null;
+    this.projectId = null; // the place's project (null: outside projects)
     this.turn = null;
     this.opening = 0; // the latest open request wins
   }
@@ -32,17 +37,32 @@ export class Chat {
   }
 
   // `fromAddress`: the address already says where we are (Back, Forward, a reload).
-  newConversation({ fromAddress = false } = {}) {
+  // `projectId`: a new chat in that project (its page, /p/<id>).
+  newConversation({ fromAddress = false, projectId = null } = {}) {
     if (this.turn) return;
     this.opening += 1;
     this.conversationId = null;
     this.view.clear();
     this.notice.clear();
-    this.conversations.markCurrent(null);
-    if (!fromAddress) this.router.show(null);
+    if (!fromAddress) this.router.show(null, { project: projectId });
+    this.place(null, projectId);
     this.onTitle(null);
     this.onNavigate();
     this.composer.focus();
+  }
+
+  place(conversationId, projectId) {
+    this.projectId = projectId || null;
+    this.conversations.markCurrent(conversationId, this.projectId);
+    this.memory.setScope(this.projectId);
+    this.onPlace(conversationId, this.projectId);
+  }
+
+  // The address names a project that is not the person's (or no longer exists).
+  projectNotFound() {
+    if (this.turn || this.conversationId) return;
+    this.place(null, null);
+    this.view.showNotFound(() => this.newConversation(), { what: "Project" });
   }
 
   // `hit` (a search result: role and created_at of one message) opens the conversation there.
@@ -58,7 +78,7 @@ export class Chat {
       if (error instanceof ApiError && error.status === 404) {
         // Another person's conversation, or a deleted one: a place that does not exist here.
         this.conversationId = null;
-        this.conversations.markCurrent(null);
+        this.place(null, null);
         this.onTitle(null);
         this.view.showNotFound(() => this.newConversation());
         this.onNavigate();
@@ -72,18 +92,19 @@ export class Chat {
     this.notice.clear();
     this.onTitle(conversation.title, id);
     this.view.showTranscript(conversation.messages);
+    this.place(id, conversation.project_id);
     this.memory.relabel();
     if (hit) {
       this.view.reveal(conversation.messages.findIndex(
         (message) => message.role === hit.role && message.created_at === hit.created_at));
     }
-    this.conversations.markCurrent(id);
     this.onNavigate();
     this.composer.focus();
   }
 
+  // The conversation was deleted: a conversation in a project gives way to the project's page.
   async deleted(id) {
-    if (id === this.conversationId) this.newConversation();
+    if (id === this.conversationId) this.newConversation({ projectId: this.projectId });
   }
 
   // `replaces`: the turn this message regenerates or edits; it and the turns after it fold
@@ -100,6 +121,7 @@ export class Chat {
       client: this.client,
       message,
       conversationId: this.conversationId,
+      projectId: this.projectId,
       replaces,
       answer,
       onStart: (conversationId, status, turnId) => {
@@ -107,6 +129,7 @@ export class Chat {
         if (conversationId && conversationId !== this.conversationId) {
           this.conversationId = conversationId;
           this.router.show(conversationId, { replace: true }); // the new chat got its address
+          this.onPlace(conversationId, this.projectId);
         }
         this.memory.setStatus(status);
       },
@@ -127,7 +150,7 @@ export class Chat {
     }
     if (turn.ended || !this.client) return;
     await this.conversations.load();
-    this.conversations.markCurrent(this.conversationId);
+    this.conversations.markCurrent(this.conversationId, this.projectId);
     this.onTitle(this.conversations.titleOf(this.conversationId), this.conversationId);
     turn.labelMemory(await this.memory.turnEnded(turn, before));
     this.onSettled();
@@ -153,6 +176,7 @@ export class Chat {
     }
     this.client = null;
     this.conversationId = null;
+    this.projectId = null;
     this.opening += 1;
     this.setStreaming(false);
     this.view.clear();

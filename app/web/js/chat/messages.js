@@ -191,14 +191,16 @@ export class MessageView {
     input.focus({ preventScroll: true });
   }
 
-  // The address names a conversation that is not the person's (or no longer exists).
-  showNotFound(onNew) {
+  // The address names a conversation (or, with `what`, a project) that is not the person's or
+  // no longer exists.
+  showNotFound(onNew, { what = "Conversation" } = {}) {
     this.clear();
     this.welcome.hidden = true;
     const view = el("li", { className: "not-found", attrs: { role: "status" } }, [
-      el("h2", { text: "Conversation not found" }),
+      el("h2", { text: `${what} not found` }),
       el("p", { className: "muted", text: "It may have been deleted, or it belongs to another "
-        + "account. Your own conversations are listed under Conversations." }),
+        + (what === "Conversation" ? "account. Your own conversations are listed under Conversations."
+          : "account. Your own projects are listed under Projects.") }),
       button("Start a new chat", onNew, { className: "primary", iconName: "new-chat" }),
     ]);
     this.list.append(view);

@@ -1,8 +1,10 @@
 // The open conversation's title in the chat's header, and Rename: the title becomes a field,
 // Enter saves it (`PATCH /v1/conversations/{id}`), Escape cancels. The tab's title follows.
+// Beside it, the project the chat is in (a link to the project's page) and "Move to a project".
 
 import { describe, isSessionEnd } from "../api.js";
 import { $, el } from "../dom.js";
+import { icon } from "../icons.js";
 
 const APP = "Agent memory chat";
 
@@ -16,6 +18,7 @@ export class ChatTitle {
     this.client = null;
     this.conversationId = null;
     this.title = null;
+    this.project = null;
     renameButton.addEventListener("click", () => this.startRename());
   }
 
@@ -29,10 +32,36 @@ export class ChatTitle {
     this.conversationId = id;
     this.heading.textContent = title || APP;
     this.heading.hidden = false;
-    document.title = title ? `${title} · ${APP}` : APP;
+    this.tabTitle();
     this.renameButton.hidden = !id;
     $("chat-head").classList.toggle("titled", Boolean(title));
     this.closeEditor();
+  }
+
+  // `project`: the project the chat is in ({id, name}, or null); `conversationId`: the open
+  // conversation, which can be moved (null: a new chat).
+  showProject(project, conversationId) {
+    const link = $("chat-project");
+    link.hidden = !project;
+    link.replaceChildren();
+    if (project) {
+      link.append(icon("folder"), el("span", { className: "label", text: project.name }));
+      link.href = `/p/${encodeURIComponent(project.id)}`;
+      link.dataset.project = project.id;
+      link.title = `Project: ${project.name}`;
+      link.setAttribute("aria-label", `Project: ${project.name}`);
+    } else {
+      delete link.dataset.project;
+    }
+    $("move-conversation").hidden = !conversationId;
+    this.project = project;
+    this.tabTitle();
+  }
+
+  // The tab says where the person is: the conversation, else the project whose page is open.
+  tabTitle() {
+    const shown = this.title || (this.project ? this.project.name : null);
+    document.title = shown ? `${shown} · ${APP}` : APP;
   }
 
   startRename() {
@@ -85,6 +114,7 @@ export class ChatTitle {
 
   reset() {
     this.client = null;
+    this.showProject(null, null);
     this.show(null);
   }
 }

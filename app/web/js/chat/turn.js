@@ -25,11 +25,14 @@ const TOOL_CHIPS = {
 export class Turn {
   // onStart(conversationId, memoryStatus), onError(text) and onMemory(event) are the chat's.
   // `replaces`: the turn this one regenerates or edits (docs/api.md).
-  constructor({ client, message, conversationId, replaces = null, answer, onStart, onError,
-    onMemory = () => {} }) {
+  // `projectId`: the project a new conversation starts in (ignored for an existing one: the
+  // server takes its project from the conversation).
+  constructor({ client, message, conversationId, projectId = null, replaces = null, answer,
+    onStart, onError, onMemory = () => {} }) {
     this.client = client;
     this.message = message;
     this.conversationId = conversationId;
+    this.projectId = projectId;
     this.replaces = replaces;
     this.turnId = null;
     this.answer = answer;
@@ -55,6 +58,7 @@ export class Turn {
   async run() {
     const body = { message: this.message };
     if (this.conversationId) body.conversation_id = this.conversationId;
+    else if (this.projectId) body.project_id = this.projectId;
     if (this.replaces) body.replaces = this.replaces;
     try {
       const response = await this.client.fetch("/v1/chat", { method: "POST", body,

@@ -1,6 +1,8 @@
-// The memory panel's documents section: "About you" and "Agent notes", each with its usage bar,
-// its entries (edit, remove) and a field to add one. Every change goes through `apply`, which
-// sends it to the API; this module only shows state and collects the person's edits.
+// The memory panel's documents section: "About you", in a project "Project notes", and "Agent
+// notes" (outside projects, or in a project that uses them), each labelled with where its
+// entries apply, with its usage bar, its entries (edit, remove) and a field to add one. Every
+// change goes through `apply`, which sends it to the API; this module only shows state and
+// collects the person's edits.
 //
 // Entries are rendered as the chat renders answers (safe markdown: markdown.js). Each entry's
 // origin line opens, on demand, every change that touched it.
@@ -8,9 +10,9 @@
 import { $, button, el, focusQuietly } from "../dom.js";
 import { renderMarkdown } from "../markdown.js";
 import { timeElement } from "../time.js";
-import { TARGETS } from "./model.js";
+import { TARGETS, appliesText, scopeOf, shownTargets } from "./model.js";
 
-const TITLES = { user: "About you", memory: "Agent notes" };
+const TITLES = { user: "About you", project: "Project notes", memory: "Agent notes" };
 
 export class DocumentsSection {
   // apply(operations) -> Promise<boolean>: true when the API accepted the batch.
@@ -27,8 +29,30 @@ export class DocumentsSection {
     }
   }
 
-  render(state) {
-    for (const target of TARGETS) this.renderDocument(target, state[target]);
+  // `projects`: the person's projects, for the labels (names, which use the general notes).
+  render(state, projects = []) {
+    const shown = shownTargets(state);
+    for (const target of TARGETS) {
+      $(`doc-${target}`).hidden = !shown.includes(target);
+      // A document of another place leaves the page, not only the view.
+      if (shown.includes(target)) this.renderDocument(target, state[target]);
+      else this.renderDocument(target, { entries: [], characters: 0, limit: 1 });
+    }
+    this.label(state, projects);
+  }
+
+  // Only the labels (the projects changed): the entries, and any editor open, stay as they are.
+  label(state, projects) {
+    const shown = shownTargets(state);
+    for (const target of shown) {
+      $(`doc-${target}-applies`).textContent = appliesText(target, state, projects);
+    }
+    const { projectId } = scopeOf(state);
+    const project = projects.find((candidate) => candidate.id === projectId);
+    $("doc-project-hint").textContent = project
+      ? `Facts and conventions of “${project.name}”. Chats elsewhere never see them.`
+      : "Facts and conventions of this project. Chats elsewhere never see them.";
+    $("doc-memory-unused").hidden = projectId === null || shown.includes("memory");
   }
 
   renderDocument(target, doc) {
@@ -142,7 +166,10 @@ export class DocumentsSection {
     for (const target of TARGETS) {
       this.renderDocument(target, { entries: [], characters: 0, limit: 1 });
       $(`doc-${target}-usage`).textContent = "";
+      $(`doc-${target}-applies`).textContent = "";
+      $(`doc-${target}`).hidden = target === "project";
     }
+    $("doc-memory-unused").hidden = true;
     for (const input of this.root.querySelectorAll("input")) input.value = "";
   }
 }

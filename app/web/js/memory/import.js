@@ -8,7 +8,7 @@
 import { describe, isSessionEnd } from "../api.js";
 import { $, el, focusQuietly } from "../dom.js";
 
-const STORES = { user: "About you", memory: "Agent notes" };
+const STORES = { user: "About you", project: "Project notes", memory: "Agent notes" };
 const REASONS = {
   secret: "looks like a secret",
   instruction_like: "reads like an instruction to an assistant",

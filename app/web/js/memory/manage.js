@@ -1,16 +1,19 @@
 // The memory panel's manage section: the save mode ("Ask before saving"), Export and Forget
-// everything. The requests are the panel's; this module wires the controls and shows the mode.
+// everything, with their requests; what they change is shown through the panel.
 
-import { $ } from "../dom.js";
+import { describe, isSessionEnd } from "../api.js";
+import { confirmAction } from "../dialog.js";
+import { $, focusQuietly } from "../dom.js";
 
 export class ManageSection {
-  // setSaveMode("auto" | "ask"), exportAll() and forget() are the panel's.
-  constructor({ root, setSaveMode, exportAll, forget }) {
+  // `panel`: the memory panel (its client, notice, extras and load).
+  constructor({ root, panel }) {
     this.root = root;
+    this.panel = panel;
     this.askFirst = $("ask-before-saving");
-    this.askFirst.addEventListener("change", () => setSaveMode(this.askFirst.checked ? "ask" : "auto"));
-    $("export-memory").addEventListener("click", exportAll);
-    $("forget").addEventListener("click", forget);
+    this.askFirst.addEventListener("change", () => this.setSaveMode(this.askFirst.checked ? "ask" : "auto"));
+    $("export-memory").addEventListener("click", () => this.exportAll());
+    $("forget").addEventListener("click", () => this.forget());
   }
 
   // The switch can be used once the stored mode is known: a click before that would be
@@ -19,6 +22,53 @@ export class ManageSection {
     if (!saveMode) return;
     this.askFirst.checked = saveMode === "ask";
     this.askFirst.disabled = false;
+  }
+
+  async setSaveMode(mode) {
+    const { panel } = this;
+    panel.modeWrites += 1;
+    try {
+      const settings = await panel.client.request("/v1/memory/settings",
+        { method: "PUT", body: { save_mode: mode } });
+      panel.extras = { ...panel.extras, saveMode: settings.save_mode };
+      panel.notice.show(settings.save_mode === "ask"
+        ? "The assistant will ask before saving anything."
+        : "The assistant saves what it learns as it goes.", "success");
+    } catch (error) {
+      if (!isSessionEnd(error)) panel.notice.show(`Not changed: ${describe(error)}`, "error");
+    }
+    this.render(panel.extras);
+  }
+
+  async exportAll() {
+    try {
+      await saveDownload(await this.panel.client.fetch("/v1/memory/export"));
+      this.panel.notice.show("Export downloaded: your memory, its history and your conversations.", "success");
+    } catch (error) {
+      if (!isSessionEnd(error)) this.panel.notice.show(`Could not export: ${describe(error)}`, "error");
+    }
+  }
+
+  // Everywhere: the API's forget without a project deletes every project's notes too.
+  async forget() {
+    const { panel } = this;
+    const confirmed = await confirmAction({
+      title: "Forget everything?",
+      text: "What is remembered everywhere (about you, your notes and every project's notes), "
+        + "its history and pending proposals are deleted for good. Projects, conversations and "
+        + "your save setting are kept.",
+      confirm: "Forget everything",
+    });
+    if (!confirmed) return;
+    try {
+      await panel.client.request("/v1/memory", { method: "DELETE" });
+    } catch (error) {
+      if (!isSessionEnd(error)) panel.notice.show(`Could not forget: ${describe(error)}`, "error");
+      return;
+    }
+    await panel.load();
+    panel.notice.show("Everything was forgotten.", "success");
+    focusQuietly($("forget"));
   }
 
   reset() {

@@ -1,7 +1,8 @@
 // What changed in memory and how to say it: pure functions over the API's memory state
-// (`{"user": {"entries", "characters", "limit"}, "memory": {...}}`), no DOM, no requests.
+// (`{"user": {"entries", "characters", "limit"}, "memory": {...}}`, and in a project's scope
+// `"project": {...}` and `"scope": {"project_id", "general_memory"}`), no DOM, no requests.
 
-export const TARGETS = ["user", "memory"];
+export const TARGETS = ["user", "project", "memory"];
 
 // What the panel says about memory's state, and about a change the API refused as a conflict.
 export const STATE_TEXT = {
@@ -16,7 +17,37 @@ export const CONFLICTS = {
 };
 
 export function entriesOf(state, target) {
-  return state ? state[target].entries : [];
+  return state && state[target] ? state[target].entries : [];
+}
+
+// The project the state was read for (null outside projects), and whether it uses the general
+// agent notes.
+export function scopeOf(state) {
+  const scope = (state && state.scope) || {};
+  return { projectId: scope.project_id || null, generalMemory: Boolean(scope.general_memory) };
+}
+
+// The documents the panel shows for a state: the profile always, the project's notes in a
+// project, the general notes outside projects or in a project that uses them.
+export function shownTargets(state) {
+  const { projectId, generalMemory } = scopeOf(state);
+  return TARGETS.filter((target) => target === "user"
+    || (target === "project" && projectId !== null && Boolean(state.project))
+    || (target === "memory" && (projectId === null || generalMemory)));
+}
+
+// Where a document's entries apply, as the label the panel shows on it. `projects`: the
+// person's projects (outside projects, the general notes also reach those that opted in).
+export function appliesText(target, state, projects = []) {
+  if (target === "user") return "All chats";
+  if (target === "project") return "This project only";
+  if (scopeOf(state).projectId !== null) return "Also in this project";
+  const opted = projects.filter((project) => project.general_memory)
+    .map((project) => `“${project.name}”`);
+  if (!opted.length) return "Chats outside projects";
+  const names = opted.length === 1 ? opted[0]
+    : `${opted.slice(0, -1).join(", ")} and ${opted[opted.length - 1]}`;
+  return `Chats outside projects, and in ${names}`;
 }
 
 // Entries added and removed per document between two states (entries are unique in a document).

@@ -4,7 +4,7 @@
 
 import { parseTimestamp, relativeWhen } from "../time.js";
 
-const TITLES = { user: "About you", memory: "Agent notes" };
+const TITLES = { user: "About you", project: "Project notes", memory: "Agent notes" };
 
 function key(target, entry) {
   return `${target}\u0000${entry}`;

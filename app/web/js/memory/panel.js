@@ -4,14 +4,16 @@
 // documents (each entry with its origin), pending proposals (Accept/Reject), the history with
 // Undo, and the manage section (save mode, Export, Forget everything). Every change is rendered
 // from the API's answer, once; the panel never guesses the state.
+//
+// The panel shows the memory of the place the chat is in (its scope): outside projects, or one
+// project (every memory request then carries `?project_id=`, and the state names its scope).
 
 import { ApiError, describe, fetchInfo, isSessionEnd } from "../api.js";
-import { confirmAction } from "../dialog.js";
-import { $, focusQuietly } from "../dom.js";
+import { $ } from "../dom.js";
 import { Notice } from "../notice.js";
 import { DocumentsSection } from "./documents.js";
 import { HistorySection } from "./history.js";
-import { ManageSection, saveDownload } from "./manage.js";
+import { ManageSection } from "./manage.js";
 import { CONFLICTS, STATE_TEXT, editOutcome, turnOutcome, undoOutcome } from "./model.js";
 import { originHistory, originOf, originsOf, originText } from "./origins.js";
 import { ProposalsSection } from "./proposals.js";
@@ -34,6 +36,8 @@ export class MemoryPanel {
     this.extras = NO_EXTRAS; // history, proposals, save mode and conversation titles
     this.modeWrites = 0; // save-mode changes sent, so that an older load does not undo one
     this.origins = new Map();
+    this.scope = null; // the project whose memory is shown (null: outside projects)
+    this.projects = [];
     this.documents = new DocumentsSection({ root: root.querySelector("[data-section=documents]"),
       apply: (operations) => this.apply(operations),
       originOf: (target, entry) => this.originOf(target, entry),
@@ -42,15 +46,34 @@ export class MemoryPanel {
       decide: (proposal, action) => this.decide(proposal, action) });
     this.history = new HistorySection({ root: root.querySelector("[data-section=history]"),
       undo: (change) => this.undo(change), more: () => this.loadExtras({ more: true }) });
-    this.manage = new ManageSection({ root: root.querySelector("[data-section=manage]"),
-      setSaveMode: (mode) => this.setSaveMode(mode), exportAll: () => this.exportAll(),
-      forget: () => this.forget() });
+    this.manage = new ManageSection({ root: root.querySelector("[data-section=manage]"), panel: this });
     this.sections = [this.documents, this.proposals, this.history, this.manage];
     $("memory-refresh").addEventListener("click", () => this.load());
   }
 
   attach(client) {
     this.client = client;
+  }
+
+  // The chat moved to another place: its memory is read (once per change of place).
+  setScope(projectId) {
+    if ((projectId || null) === this.scope) return null;
+    this.scope = projectId || null;
+    this.extras = NO_EXTRAS;
+    this.notice.clear(); // what was said was about the other place's memory
+    return this.client ? this.load() : null;
+  }
+
+  // The person's projects changed (names, which use the general notes): only labels change.
+  setProjects(projects) {
+    this.projects = projects;
+    if (this.state) this.documents.label(this.state, projects);
+  }
+
+  // A memory path in the panel's scope.
+  scoped(path) {
+    if (!this.scope) return path;
+    return `${path}${path.includes("?") ? "&" : "?"}project_id=${encodeURIComponent(this.scope)}`;
   }
 
   setStatus(status) {
@@ -63,7 +86,7 @@ export class MemoryPanel {
 
   show(state) {
     this.state = state;
-    this.documents.render(state);
+    this.documents.render(state, this.projects);
   }
 
   originOf(target, entry) {
@@ -92,17 +115,18 @@ export class MemoryPanel {
   // the panel shows beside the documents. A failure here leaves the documents as they are.
   async loadExtras({ more = false } = {}) {
     const client = this.client;
+    const scope = this.scope;
     if (!client) return;
     const before = more && this.extras.next ? `&before=${encodeURIComponent(this.extras.next)}` : "";
     const modeWrites = this.modeWrites;
     try {
       const [history, proposals, settings, conversations] = await Promise.all([
-        client.request(`/v1/memory/history?limit=${HISTORY_PAGE}${before}`),
-        client.request("/v1/memory/proposals"),
+        client.request(this.scoped(`/v1/memory/history?limit=${HISTORY_PAGE}${before}`)),
+        client.request(this.scoped("/v1/memory/proposals")),
         client.request("/v1/memory/settings"),
         client.request("/v1/conversations"),
       ]);
-      if (client !== this.client) return;
+      if (client !== this.client || scope !== this.scope) return;
       this.extras = {
         changes: more ? [...this.extras.changes, ...history.changes] : history.changes,
         next: history.next,
@@ -113,7 +137,9 @@ export class MemoryPanel {
       };
       this.showExtras();
     } catch (error) {
-      if (!isSessionEnd(error)) this.notice.show(`Could not load the history: ${describe(error)}`, "error");
+      if (!isSessionEnd(error) && scope === this.scope) {
+        this.notice.show(`Could not load the history: ${describe(error)}`, "error");
+      }
     }
   }
 
@@ -133,8 +159,8 @@ export class MemoryPanel {
   async undo(change) {
     const before = this.state;
     try {
-      const after = await this.client.request(`/v1/memory/history/${encodeURIComponent(change.id)}/undo`,
-        { method: "POST" });
+      const after = await this.client.request(
+        this.scoped(`/v1/memory/history/${encodeURIComponent(change.id)}/undo`), { method: "POST" });
       this.show(after);
       const { text, kind } = undoOutcome(before, after);
       await this.loadExtras();
@@ -149,7 +175,7 @@ export class MemoryPanel {
     const before = this.state;
     const path = `/v1/memory/proposals/${encodeURIComponent(proposal.id)}/${action}`;
     try {
-      const after = await this.client.request(path, { method: "POST" });
+      const after = await this.client.request(this.scoped(path), { method: "POST" });
       if (after) this.show(after);
       if (action === "reject" && proposal.turn_id) this.rejected.add(proposal.turn_id);
       await this.loadExtras();
@@ -161,46 +187,30 @@ export class MemoryPanel {
     }
   }
 
-  async setSaveMode(mode) {
-    this.modeWrites += 1;
-    try {
-      const settings = await this.client.request("/v1/memory/settings",
-        { method: "PUT", body: { save_mode: mode } });
-      this.extras = { ...this.extras, saveMode: settings.save_mode };
-      this.notice.show(settings.save_mode === "ask"
-        ? "The assistant will ask before saving anything."
-        : "The assistant saves what it learns as it goes.", "success");
-    } catch (error) {
-      if (!isSessionEnd(error)) this.notice.show(`Not changed: ${describe(error)}`, "error");
-    }
-    this.manage.render(this.extras);
-  }
-
-  async exportAll() {
-    try {
-      await saveDownload(await this.client.fetch("/v1/memory/export"));
-      this.notice.show("Export downloaded: your memory, its history and your conversations.", "success");
-    } catch (error) {
-      if (!isSessionEnd(error)) this.notice.show(`Could not export: ${describe(error)}`, "error");
-    }
-  }
-
   // A turn's memory event said `proposed`: show the new card now, not after the answer.
   proposalsChanged() {
     return this.loadExtras();
   }
 
   // Reads memory (and the flag: reading works while it is off, so the state alone may not say).
+  // A load for a scope the chat has left meanwhile shows nothing and answers null.
   async load() {
+    const scope = this.scope;
     try {
-      const [state, info] = await Promise.all([this.client.request("/v1/memory"), fetchInfo()]);
+      const [state, info] = await Promise.all([this.client.request(this.scoped("/v1/memory")), fetchInfo()]);
+      if (scope !== this.scope) return null;
       const disabled = state.status === "disabled" || info.memory_enabled === false;
       this.show(state);
       this.setStatus(disabled ? "disabled" : "available");
       await this.loadExtras();
       return state;
     } catch (error) {
-      if (isSessionEnd(error)) return null;
+      if (isSessionEnd(error) || scope !== this.scope) return null;
+      if (error instanceof ApiError && error.status === 404) {
+        // A project that is not (or no longer) the person's: the chat says so.
+        this.state = null;
+        return null;
+      }
       if (error instanceof ApiError && error.status === 503) {
         // Unknown is not empty: the documents are not shown at all.
         this.state = null;
@@ -217,7 +227,7 @@ export class MemoryPanel {
   async apply(operations) {
     const before = this.state;
     try {
-      const after = await this.client.request("/v1/memory/operations",
+      const after = await this.client.request(this.scoped("/v1/memory/operations"),
         { method: "POST", body: { operations } });
       this.show(after);
       this.setStatus("available");
@@ -237,25 +247,6 @@ export class MemoryPanel {
       }
       return false;
     }
-  }
-
-  async forget() {
-    const confirmed = await confirmAction({
-      title: "Forget everything?",
-      text: "Both memory documents, their history and pending proposals are deleted for good. "
-        + "Conversations and your save setting are kept.",
-      confirm: "Forget everything",
-    });
-    if (!confirmed) return;
-    try {
-      await this.client.request("/v1/memory", { method: "DELETE" });
-    } catch (error) {
-      if (!isSessionEnd(error)) this.notice.show(`Could not forget: ${describe(error)}`, "error");
-      return;
-    }
-    await this.load();
-    this.notice.show("Everything was forgotten.", "success");
-    focusQuietly($("forget"));
   }
 
   // A turn begins: what it changes is judged against the state now.
@@ -278,6 +269,8 @@ export class MemoryPanel {
   reset() {
     this.client = null;
     this.state = null;
+    this.scope = null;
+    this.projects = [];
     this.extras = NO_EXTRAS;
     this.rejected = new Set();
     $("memory-scroll").scrollTop = 0; // the next person starts at the top, not where this one was
