@@ -219,7 +219,9 @@ def services() -> Iterator[Callable[[str], tuple[str, Runtime]]]:
 
         def service(db_url: str) -> tuple[str, Runtime]:
             if db_url not in started:
-                app = create_app(api_settings(db_url))
+                # Quiet: the service outlives each case, and a request line logged after a
+                # case's output capture ended would reach the terminal.
+                app = create_app(api_settings(db_url, log_level="WARNING"))
                 started[db_url] = (stack.enter_context(live_server(app)), app.state.runtime)
             return started[db_url]
 
