@@ -27,7 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from app.offline.wire import OFFLINE_MODEL_NAME  # noqa: E402
 from scripts.bench._common import RESULTS  # noqa: E402
 from scripts.bench._processes import ROOT, dev_token, offline_model, service  # noqa: E402
-from scripts.bench.turn_overhead import Samples, backend_turn, block, database  # noqa: E402
+from scripts.bench.turn_overhead import (  # noqa: E402
+    LIMITS_CHECKED,
+    Samples,
+    backend_turn,
+    block,
+    database,
+)
 
 # Code areas, by a substring of the sampled frame: what the profile's story is told in.
 AREAS = {
@@ -127,6 +133,7 @@ def main() -> None:
                 LLM_BASE_URL=stub,
                 LLM_API_KEY="unused",
                 LLM_MODEL=OFFLINE_MODEL_NAME,
+                **LIMITS_CHECKED,
             ) as (base, pid),
         ):
             turns = asyncio.run(load(base, pid, args.seconds, args.concurrency, raw, gil=args.gil))

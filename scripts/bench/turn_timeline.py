@@ -31,6 +31,7 @@ from app.offline.wire import OFFLINE_MODEL_NAME  # noqa: E402
 from scripts.bench._common import summary, write_results  # noqa: E402
 from scripts.bench._processes import dev_token, offline_model, service  # noqa: E402
 from scripts.bench.turn_overhead import (  # noqa: E402
+    LIMITS_CHECKED,
     Samples,
     backend_turn,
     block,
@@ -73,6 +74,7 @@ def main() -> None:
                 LLM_MODEL=OFFLINE_MODEL_NAME,
                 TIMELINE_OUT=str(out),
                 TIMELINE_SKIP=str(WARM_UP),
+                **LIMITS_CHECKED,
             ) as (service_url, pid),
         ):
             direct = asyncio.run(drive(stub, service_url, args.turns))
