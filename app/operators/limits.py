@@ -23,13 +23,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from functools import cache
+from typing import Literal
 
 import structlog
 from sqlalchemy import (
+    BigInteger,
     Connection,
     Engine,
+    Insert,
+    Integer,
     and_,
+    bindparam,
     case,
     delete,
     func,
@@ -195,30 +200,20 @@ class LimitStore:
         # each check it folds in).
         stamp = _naive(now)
         lease_id = str(uuid.uuid4())
-        live = (
-            select(func.count())
-            .select_from(stream_slots)
-            .where(
-                stream_slots.c.kind == caller.kind,
-                stream_slots.c.caller == caller.key,
-                stream_slots.c.expires_at > stamp,
-            )
-            .scalar_subquery()
-        )
-        conditions = [live < limits.max_streams]
-        if budget:
-            conditions.append(func.coalesce(_spent(caller.key, now), 0) < budget)
-        slot = select(
-            literal(lease_id, stream_slots.c.lease_id.type),
-            literal(caller.kind, stream_slots.c.kind.type),
-            literal(caller.key, stream_slots.c.caller.type),
-            literal(stamp + timedelta(seconds=self.lease_seconds), stream_slots.c.expires_at.type),
-        ).where(*conditions)
-        take = insert(stream_slots).from_select(["lease_id", "kind", "caller", "expires_at"], slot)
+        take = _take_slot(bool(budget), connection.dialect.insert_returning)
+        values = {
+            **_caller_values(caller),
+            "lease": lease_id,
+            "now_stamp": stamp,
+            "lease_expiry": stamp + timedelta(seconds=self.lease_seconds),
+            "max_streams": limits.max_streams,
+            "today": now.date(),
+            "budget": budget,
+        }
         if connection.dialect.insert_returning:  # rowcount is not reliable for INSERT ... SELECT
-            taken = connection.execute(take.returning(stream_slots.c.lease_id)).first() is not None
+            taken = connection.execute(take, values).first() is not None
         else:
-            taken = connection.execute(take).rowcount == 1
+            taken = connection.execute(take, values).rowcount == 1
         if taken:
             return Admission(caller, lease_id)
         if budget and usage.tokens_on(connection, caller.key, now.date()) >= budget:
@@ -233,18 +228,13 @@ class LimitStore:
         caller = admission.caller
         with self.engine.connect() as connection:
             one_statement_write(connection)
-            # The caller's expired leases (a crashed worker's) go with it.
             connection.execute(
-                delete(stream_slots).where(
-                    or_(
-                        stream_slots.c.lease_id == admission.lease_id,
-                        and_(
-                            stream_slots.c.kind == caller.kind,
-                            stream_slots.c.caller == caller.key,
-                            stream_slots.c.expires_at <= _naive(self.clock()),
-                        ),
-                    )
-                )
+                _RELEASE,
+                {
+                    **_caller_values(caller),
+                    "lease": admission.lease_id,
+                    "now_stamp": _naive(self.clock()),
+                },
             )
             connection.commit()
 
@@ -264,15 +254,6 @@ class LimitStore:
             )
 
 
-def _spent(user_id: str, now: datetime) -> Any:
-    """The user's tokens of the day, as a scalar subquery (NULL without a row)."""
-    return (
-        select(usage_daily.c.prompt_tokens + usage_daily.c.completion_tokens)
-        .where(usage_daily.c.user_id == user_id, usage_daily.c.day == now.date())
-        .scalar_subquery()
-    )
-
-
 def _over_budget(budget: int, now: datetime) -> RateLimited:
     return RateLimited(
         f"Today's model budget of {budget:,} tokens is used up; it renews at midnight UTC.",
@@ -281,36 +262,95 @@ def _over_budget(budget: int, now: datetime) -> RateLimited:
     )
 
 
+# The admission's statements, built once with their values bound at execution (as the memory
+# reads are): building them per call costs the admission more CPU than its round trips.
+_KIND = bindparam("caller_kind", type_=limit_counters.c.kind.type)
+_KEY = bindparam("caller_key", type_=limit_counters.c.caller.type)
+_MINUTE = bindparam("this_minute", type_=limit_counters.c.window_start.type)
+_CALLERS_ROW = (limit_counters.c.kind == _KIND) & (limit_counters.c.caller == _KEY)
+# A new minute starts again at one; the same minute adds one. Ordered: MariaDB assigns left to
+# right, and `turns` must compare the window before it moves.
+_COUNT = (
+    update(limit_counters)
+    .where(_CALLERS_ROW)
+    .ordered_values(
+        (
+            limit_counters.c.turns,
+            case((limit_counters.c.window_start == _MINUTE, limit_counters.c.turns + 1), else_=1),
+        ),
+        (limit_counters.c.window_start, _MINUTE),
+    )
+)
+_COUNT_RETURNING = _COUNT.returning(limit_counters.c.turns)
+_TURNS = select(limit_counters.c.turns).where(_CALLERS_ROW)
+_FIRST_COUNT = insert(limit_counters).values(
+    kind=_KIND, caller=_KEY, window_start=_MINUTE, turns=literal(1)
+)
+
+
+# A slot's release; the caller's expired leases (a crashed worker's) go with it.
+_RELEASE = delete(stream_slots).where(
+    or_(
+        stream_slots.c.lease_id == bindparam("lease", type_=stream_slots.c.lease_id.type),
+        and_(
+            stream_slots.c.kind == _KIND,
+            stream_slots.c.caller == _KEY,
+            stream_slots.c.expires_at
+            <= bindparam("now_stamp", type_=stream_slots.c.expires_at.type),
+        ),
+    )
+)
+
+
+def _caller_values(caller: Caller) -> dict[str, str]:
+    return {"caller_kind": caller.kind, "caller_key": caller.key}
+
+
+@cache
+def _take_slot(budget: bool, returning: bool) -> Insert:
+    """Insert a stream slot if the caller's live slots are under `max_streams` (and, with a
+    budget, the day's tokens under `budget`)."""
+    stamp = bindparam("now_stamp", type_=stream_slots.c.expires_at.type)
+    live = (
+        select(func.count())
+        .select_from(stream_slots)
+        .where(
+            stream_slots.c.kind == _KIND,
+            stream_slots.c.caller == _KEY,
+            stream_slots.c.expires_at > stamp,
+        )
+        .scalar_subquery()
+    )
+    conditions = [live < bindparam("max_streams", type_=Integer())]
+    if budget:
+        spent = (
+            select(usage_daily.c.prompt_tokens + usage_daily.c.completion_tokens)
+            .where(
+                usage_daily.c.user_id == _KEY,
+                usage_daily.c.day == bindparam("today", type_=usage_daily.c.day.type),
+            )
+            .scalar_subquery()
+        )
+        conditions.append(func.coalesce(spent, 0) < bindparam("budget", type_=BigInteger()))
+    slot = select(
+        bindparam("lease", type_=stream_slots.c.lease_id.type),
+        _KIND,
+        _KEY,
+        bindparam("lease_expiry", type_=stream_slots.c.expires_at.type),
+    ).where(*conditions)
+    take = insert(stream_slots).from_select(["lease_id", "kind", "caller", "expires_at"], slot)
+    return take.returning(stream_slots.c.lease_id) if returning else take
+
+
 def _count_turn(connection: Connection, caller: Caller, minute: int) -> int:
     """Count one turn in the caller's current minute (locking the caller's row); returns the
     minute's turns, this one included."""
-    turns_now = update(limit_counters).where(
-        limit_counters.c.kind == caller.kind, limit_counters.c.caller == caller.key
-    )
-    # A new minute starts again at one; the same minute adds one. Ordered: MariaDB assigns
-    # left to right, and `turns` must compare the window before it moves.
-    turns_now = turns_now.ordered_values(
-        (
-            limit_counters.c.turns,
-            case((limit_counters.c.window_start == minute, limit_counters.c.turns + 1), else_=1),
-        ),
-        (limit_counters.c.window_start, minute),
-    )
+    values = {**_caller_values(caller), "this_minute": minute}
     if connection.dialect.update_returning:
-        counted = connection.execute(turns_now.returning(limit_counters.c.turns)).scalar()
+        counted = connection.execute(_COUNT_RETURNING, values).scalar()
         if counted is not None:
             return int(counted)
-    elif connection.execute(turns_now).rowcount:
-        return int(
-            connection.execute(
-                select(limit_counters.c.turns).where(
-                    limit_counters.c.kind == caller.kind, limit_counters.c.caller == caller.key
-                )
-            ).scalar_one()
-        )
-    connection.execute(
-        insert(limit_counters).values(
-            kind=caller.kind, caller=caller.key, window_start=minute, turns=1
-        )
-    )
+    elif connection.execute(_COUNT, values).rowcount:
+        return int(connection.execute(_TURNS, values).scalar_one())
+    connection.execute(_FIRST_COUNT, values)
     return 1

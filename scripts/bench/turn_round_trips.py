@@ -63,6 +63,10 @@ class Counts:
 
     def __init__(self) -> None:
         self.statements: Counter[str] = Counter()
+        # Statements SQLAlchemy compiled anew (not found in its compiled cache): each costs the
+        # turn a compilation, far more CPU than executing a cached one.
+        self.compiled = 0
+        self.compiled_log: Counter[str] = Counter()  # for the last turn printed
         self.transactions = 0
         self.checkouts = 0
         self.traces: list[tuple[Any, Path]] = []
@@ -89,6 +93,7 @@ class Counts:
             "statements": sum(self.statements.values()),
             "transactions": begins if self.traces else self.transactions,
             "checkouts": self.checkouts,
+            "compiled": self.compiled,
         }
         return figures
 
@@ -111,12 +116,19 @@ def listen(counts: Counts, scratch: Path) -> None:
         counts.statements[words[:60]] += 1
         counts.log.append(words[:110])
 
+    def on_executed(_c: Any, _cur: Any, statement: str, _p: Any, context: Any, _m: Any) -> None:
+        cache_hit = getattr(context, "cache_hit", None)
+        if cache_hit is not None and cache_hit != context.dialect.CACHE_HIT:
+            counts.compiled += 1
+            counts.compiled_log[" ".join(statement.split())[:110]] += 1
+
     def on_end(*_args: Any) -> None:
         counts.transactions += 1
 
     event.listen(Pool, "connect", on_connect)
     event.listen(Pool, "checkout", on_checkout)
     event.listen(Engine, "before_cursor_execute", on_statement)
+    event.listen(Engine, "after_cursor_execute", on_executed)
     event.listen(Engine, "commit", on_end)
     event.listen(Engine, "rollback", on_end)
 
@@ -175,8 +187,11 @@ def count(client: TestClient, counts: Counts, kind: str, turns: int) -> dict[str
     for _ in range(turns - 1):
         one()
     counts.log.clear()
+    counts.compiled_log.clear()
     one()
     after = counts.snapshot()
+    for statement, times in counts.compiled_log.items():
+        print(f"  compiled anew in the last turn ({times}x): {statement}")
     print(f"\n{kind}: the statements of the last turn")
     for statement in counts.log:
         print(f"  {statement}")
