@@ -61,6 +61,9 @@ def e2e_settings(database_url: str, **overrides: Any) -> Settings:
         "offline_model_delay_ms": DELAY_MS,
         "llm_base_url": None,
         "log_format": "console",
+        # Warnings only: a module's server outlives each test, and a request line logged after a
+        # test's output capture ended would reach the terminal.
+        "log_level": "WARNING",
         # A scripted browser sends turns faster than a person: per-user limits are off here, as
         # in the API tests (tests/e2e/test_web_limits.py turns one on).
         "user_max_streams": 0,
