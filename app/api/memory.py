@@ -189,7 +189,12 @@ async def apply_memory_operations(
     return memory_state(result.snapshot, where=where)
 
 
-@router.delete("", status_code=204, response_class=Response, responses=_ERRORS)
+@router.delete(
+    "",
+    status_code=204,
+    response_class=Response,
+    responses={**_ERRORS, 404: {"model": ErrorBody, "description": "No such project"}},
+)
 async def forget_memory(scope: MemoryScope, runtime: RuntimeDep, where: ProjectQuery) -> Response:
     """Everything remembered (every project's document too), or with ?project_id= that
     project's document, history and proposals only (the project stays)."""

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
+from app.main import create_app
 from app.offline.wire import ChatRequest
 from tests.support.apps import api_settings
 from tests.support.scripted import (
@@ -386,3 +387,23 @@ def test_the_offline_model_remembers_work_facts_in_the_project(engine: Engine, d
         assert "The build uses make." in text_of(events)
         _, events = post_chat(url, ALICE, {"message": "What do you remember?"})
         assert "make" not in text_of(events)
+
+
+def test_every_route_that_takes_a_project_declares_its_404(sqlite_url: str) -> None:
+    """A route with `?project_id=` answers 404 for a project that is not the caller's: its
+    OpenAPI declaration says so, as the contract fuzzer (tests/reliability) requires of every
+    status a route can answer."""
+    spec = create_app(api_settings(sqlite_url)).openapi()
+    scoped = [
+        (method.upper(), path)
+        for path, operations in spec["paths"].items()
+        for method, operation in operations.items()
+        if any(parameter["name"] == "project_id" for parameter in operation.get("parameters", []))
+    ]
+    assert ("DELETE", "/v1/memory") in scoped and len(scoped) >= 8
+    undeclared = [
+        (method, path)
+        for method, path in scoped
+        if "404" not in spec["paths"][path][method.lower()]["responses"]
+    ]
+    assert undeclared == []

@@ -185,6 +185,43 @@ def page(context: BrowserContext) -> Iterator[Page]:
     assert errors == [], errors
 
 
+# The widths the responsive browser tests run at (a phone, a narrow and a wide desktop).
+WIDTHS = {"390": 390, "900": 900, "1280": 1280}
+PHONE_OPTIONS: dict[str, Any] = {"is_mobile": True, "has_touch": True}
+
+
+def views(*schemes: str) -> list[Any]:
+    """(width, scheme) params for an indirect `view`: the three widths, with the schemes given,
+    in order."""
+    return [
+        pytest.param((width, scheme), id=f"{width}-{scheme}")
+        for width, scheme in zip(WIDTHS, schemes, strict=True)
+    ]
+
+
+@pytest.fixture
+def view(request: pytest.FixtureRequest) -> tuple[str, str]:
+    value: tuple[str, str] = request.param
+    return value
+
+
+def viewed_page(browser: Browser, view: tuple[str, str]) -> Iterator[Page]:
+    """A fresh profile at the view's width and colour scheme; fails on any script error."""
+    width, scheme = view
+    options = PHONE_OPTIONS if WIDTHS[width] < 600 else {}
+    context = browser.new_context(
+        viewport={"width": WIDTHS[width], "height": 844 if WIDTHS[width] < 600 else 800},
+        color_scheme=scheme,  # type: ignore[arg-type]
+        **options,
+    )
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    errors = guard(page)
+    yield page
+    context.close()
+    assert errors == [], errors
+
+
 def screenshot(page: Page, name: str) -> None:
     """Keeps what the page looked like (test-artifacts/, for a person reading a failed run)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)

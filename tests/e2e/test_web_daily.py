@@ -18,7 +18,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
-from tests.e2e.conftest import guard
+from tests.e2e.conftest import guard, viewed_page, views
 from tests.e2e.web import (
     REMEMBER,
     SAVED_ENTRY,
@@ -37,18 +37,8 @@ from tests.e2e.web import (
 
 pytestmark = pytest.mark.browser
 
-WIDTHS = {"390": 390, "900": 900, "1280": 1280}
-PHONE_OPTIONS: dict[str, Any] = {"is_mobile": True, "has_touch": True}
 ASK_ANSWER = "I'll ask you before saving that."
 TITLE = "I prefer short answers"
-
-
-def views(*schemes: str) -> list[Any]:
-    """(width, scheme) params: the three widths, with the schemes given, in order."""
-    return [
-        pytest.param((width, scheme), id=f"{width}-{scheme}")
-        for width, scheme in zip(WIDTHS, schemes, strict=True)
-    ]
 
 
 LIGHT_FIRST = views("light", "dark", "light")
@@ -56,27 +46,8 @@ DARK_FIRST = views("dark", "light", "dark")
 
 
 @pytest.fixture
-def view(request: pytest.FixtureRequest) -> tuple[str, str]:
-    value: tuple[str, str] = request.param
-    return value
-
-
-@pytest.fixture
 def page(browser: Browser, view: tuple[str, str]) -> Iterator[Page]:
-    """A fresh profile at the view's width and colour scheme; fails on any script error."""
-    width, scheme = view
-    options = PHONE_OPTIONS if WIDTHS[width] < 600 else {}
-    context = browser.new_context(
-        viewport={"width": WIDTHS[width], "height": 844 if WIDTHS[width] < 600 else 800},
-        color_scheme=scheme,  # type: ignore[arg-type]
-        **options,
-    )
-    context.set_default_timeout(15_000)
-    page = context.new_page()
-    errors = guard(page)
-    yield page
-    context.close()
-    assert errors == [], errors
+    yield from viewed_page(browser, view)
 
 
 def name_for(view: tuple[str, str], who: str) -> str:

@@ -22,7 +22,7 @@ from app.main import create_app
 from app.offline.model import OfflineModel
 from app.offline.transport import ChatCompletionsTransport
 from app.offline.wire import ChatRequest, Reply, Text, ToolCall, ToolCalls
-from tests.e2e.conftest import e2e_settings, guard, sqlite_file
+from tests.e2e.conftest import e2e_settings, guard, sqlite_file, viewed_page, views
 from tests.e2e.test_web_theme import CONTRASTS
 from tests.e2e.web import (
     close_drawer,
@@ -36,8 +36,6 @@ from tests.support.server import live_server
 
 pytestmark = pytest.mark.browser
 
-WIDTHS = {"390": 390, "900": 900, "1280": 1280}
-PHONE_OPTIONS: dict[str, Any] = {"is_mobile": True, "has_touch": True}
 NOTE = re.compile(r"^project note:\s*(?P<text>.+)$", re.I | re.S)
 PROJECT_FACT = "The client deploys on Fridays."
 UUID = r"[0-9a-f-]{36}"
@@ -52,13 +50,6 @@ PROJECT_TEXT = [
     "#project-home p",
     ".project-chat",
 ]
-
-
-def views(*schemes: str) -> list[Any]:
-    return [
-        pytest.param((width, scheme), id=f"{width}-{scheme}")
-        for width, scheme in zip(WIDTHS, schemes, strict=True)
-    ]
 
 
 def offers_project_target(value: Any) -> bool:
@@ -102,27 +93,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture
-def view(request: pytest.FixtureRequest) -> tuple[str, str]:
-    value: tuple[str, str] = request.param
-    return value
-
-
-@pytest.fixture
 def page(browser: Browser, view: tuple[str, str]) -> Iterator[Page]:
-    """A fresh profile at the view's width and colour scheme; fails on any script error."""
-    width, scheme = view
-    options = PHONE_OPTIONS if WIDTHS[width] < 600 else {}
-    context = browser.new_context(
-        viewport={"width": WIDTHS[width], "height": 844 if WIDTHS[width] < 600 else 800},
-        color_scheme=scheme,  # type: ignore[arg-type]
-        **options,
-    )
-    context.set_default_timeout(15_000)
-    page = context.new_page()
-    errors = guard(page)
-    yield page
-    context.close()
-    assert errors == [], errors
+    yield from viewed_page(browser, view)
 
 
 def api(base: str, token: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
