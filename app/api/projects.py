@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import error_responses
-from app.api.project_scope import NO_PROJECT, find_project
+from app.api.project_scope import NO_PROJECT
 from app.api.timestamps import iso_utc
 from app.concurrency import to_thread
 from app.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
@@ -122,7 +122,6 @@ async def change_project(
     if body.name is None and body.general_memory is None:
         raise Unprocessable("Give a name, general_memory, or both.", code="invalid_request")
     name = None if body.name is None else _name(body.name)
-    await find_project(runtime, user.subject, project_id)
     try:
         project = await to_thread(
             lambda: runtime.memory.change_project(
@@ -155,7 +154,6 @@ async def delete_project(
         "the project has any.",
     ),
 ) -> Response:
-    await find_project(runtime, user.subject, project_id)
     try:
         count = await to_thread(
             runtime.memory.delete_project, user.subject, project_id, conversations
