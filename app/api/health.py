@@ -3,6 +3,7 @@ READINESS_TIMEOUT_SECONDS)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import structlog
@@ -12,6 +13,7 @@ from sqlalchemy import Engine, text
 
 from app.api.deps import RuntimeDep
 from app.concurrency import to_thread
+from app.db.admission import DatabaseBusyError
 from app.db.deadline import DeadlineExceededError, within
 from app.db.migrate import current_revision, head_revision
 from app.memory import writes
@@ -77,19 +79,28 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", responses={503: {"description": "Not ready, with the reason"}})
 async def readyz(runtime: RuntimeDep) -> JSONResponse:
-    """Ready only if every check passes within READINESS_TIMEOUT_SECONDS: a database that hangs
-    is not ready, and the abandoned probe can never commit (it never commits anyway)."""
+    """Ready only if every check passes within READINESS_TIMEOUT_SECONDS, the wait for a
+    database worker included: a database that hangs is not ready, nor one whose work queue is
+    full (a failover holds every worker until its deadlines), and the abandoned probe can never
+    commit (it never commits anyway)."""
     seconds = runtime.settings.readiness_timeout_seconds
+    admitted = False
+
+    async def checks() -> None:
+        nonlocal admitted
+        admitted = True  # `within` calls this once a database worker is ours
+        await to_thread(check_readiness, runtime.engine)
+
     try:
-        await within(
-            seconds,
-            lambda: to_thread(check_readiness, runtime.engine),
-            what="readiness check",
-        )
+        async with asyncio.timeout(seconds):
+            await within(seconds, checks, what="readiness check")
     except NotReadyError as error:
         reason = str(error)
-    except DeadlineExceededError:
-        reason = f"database did not answer the readiness checks within {seconds:g} s"
+    except (DeadlineExceededError, TimeoutError, DatabaseBusyError):
+        if admitted:
+            reason = f"database did not answer the readiness checks within {seconds:g} s"
+        else:
+            reason = f"no database worker was free for the readiness checks within {seconds:g} s"
     else:
         return JSONResponse({"status": "ready"})
     logger.warning("readiness.failed", reason=reason)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+from prometheus_client import REGISTRY
 from sqlalchemy import Engine, event
 
 from app.db.engine import build_engine
 from app.db.migrate import head_revision
 from tests.support.apps import api_settings, app_client, closed_port_url, memory_rows, served
+from tests.support.databases import migrated_engine
+from tests.support.tokens import dev_auth
 
 
 def test_ready_on_a_migrated_database_and_leaves_no_row(engine: Engine, db_url: str) -> None:
@@ -80,3 +86,49 @@ def test_readiness_over_real_http(engine: Engine, db_url: str) -> None:
         assert httpx.get(f"{url}/healthz").status_code == 200
         assert httpx.get(f"{url}/readyz").status_code == 200
     assert memory_rows(engine) == 0
+
+
+def test_not_ready_while_every_database_worker_is_held(tmp_path: Path) -> None:
+    """Readiness waits for a database worker like any request, but within its own timeout: with
+    the only worker held by a write that waits on a lock, /readyz answers 503 naming the queue
+    (before, it waited in line for the write and then reported its own deadline)."""
+    path = tmp_path / "held.db"
+    migrated_engine(f"sqlite:///{path}").dispose()
+    settings = api_settings(
+        f"sqlite:///{path}",
+        db_pool_size=1,
+        db_pool_max_overflow=0,
+        db_lock_timeout_seconds=3,
+        readiness_timeout_seconds=0.3,
+    )
+    locker = sqlite3.connect(path, isolation_level=None)
+    with served(settings) as url, ThreadPoolExecutor(max_workers=1) as pool:
+        assert httpx.get(f"{url}/readyz").status_code == 200
+        idle = pool_in_use()
+        locker.execute("BEGIN IMMEDIATE")  # another process's write: the service's must wait
+        try:
+            write = pool.submit(
+                httpx.post,
+                f"{url}/v1/memory/operations",
+                json={"operations": [{"target": "user", "action": "add", "content": "Tea."}]},
+                headers=dev_auth("held"),
+                timeout=30,
+            )
+            while not write.done() and pool_in_use() <= idle:
+                time.sleep(0.02)  # until the write holds the only connection (and worker)
+            ready = httpx.get(f"{url}/readyz", timeout=30)
+            assert ready.status_code == 503
+            assert "no database worker was free" in ready.json()["reason"]
+        finally:
+            locker.execute("ROLLBACK")
+        assert write.result().status_code in (200, 503)
+        assert httpx.get(f"{url}/readyz").status_code == 200
+    locker.close()
+
+
+def pool_in_use() -> float:
+    """Checked-out connections of this process's engines (the served app's among them): the
+    pool gauge of /metrics, read in process (a scrape would wait for a worker too)."""
+    value = REGISTRY.get_sample_value("amem_db_pool_connections_in_use")
+    assert value is not None
+    return value
