@@ -37,6 +37,14 @@ from sqlalchemy.exc import InvalidatePoolError
 
 LEASE_KEY = "app.guard.lease"
 FRESH_KEY = "app.guard.fresh"
+USED_KEY = "app.guard.used"
+# A connection checked in this recently is not pinged at its next checkout: it has just done
+# its work, and what ends a server connection from outside (a failover, a restart, an idle
+# timeout) takes longer than this to happen and be noticed. One that dies inside the window
+# fails its first statement instead, which invalidates the pool just as a failed ping does;
+# the request then fails cleanly (503, or a turn's declared failure) and the next one
+# reconnects. Under load nearly every checkout falls inside it: a round trip saved each.
+PING_AFTER_IDLE_SECONDS = 1.0
 # The watchdog thread ends after this long without leases, so a disposed engine leaves nothing.
 IDLE_EXIT_SECONDS = 10.0
 
@@ -274,6 +282,8 @@ def install(engine: Engine, *, lease_seconds: float | None) -> Watchdog:
             return
         if record.info.pop(FRESH_KEY, False) or not pings:
             return
+        if time.monotonic() - record.info.get(USED_KEY, -math.inf) < PING_AFTER_IDLE_SECONDS:
+            return
         try:
             dialect.do_ping(dbapi_connection)
         except dialect.loaded_dbapi.Error as error:
@@ -295,6 +305,7 @@ def install(engine: Engine, *, lease_seconds: float | None) -> Watchdog:
     @event.listens_for(engine, "checkin")
     def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
         _end_lease(record)
+        record.info[USED_KEY] = time.monotonic()
 
     @event.listens_for(engine, "commit")
     def _on_commit(_connection: Any) -> None:
