@@ -19,6 +19,7 @@ from app.api.errors import BODY_ERRORS, error_responses
 from app.api.limiting import releasing
 from app.api.project_scope import find_project
 from app.api.sse import event_stream_response
+from app.conversations.repository import Conversation
 from app.conversations.service import TurnNotCurrent
 from app.db.deadline import within
 from app.errors import NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
@@ -99,25 +100,14 @@ def read_request(request: Request, payload: Mapping[str, Any]) -> ChatRequest:
 
 
 async def turn_project(
-    runtime: Runtime, user_id: str, wanted: ChatRequest
+    runtime: Runtime, user_id: str, wanted: ChatRequest, conversation: Conversation | None
 ) -> tuple[str | None, str | None]:
     """The project the turn runs in, and its name: an existing conversation's own (from its
-    row: a `project_id` in the body that differs is refused), or for a new conversation the
-    caller's project named in the body (another person's is a 404 like an unknown one)."""
+    row, read with its history: a `project_id` in the body that differs is refused), or for a
+    new conversation the caller's project named in the body (another person's is a 404 like an
+    unknown one)."""
     project_id = wanted.project_id
-    if wanted.conversation_id is not None:
-        try:
-            conversation = await within(
-                runtime.settings.memory_read_timeout_seconds,
-                lambda: runtime.conversations.get(user_id, str(wanted.conversation_id)),
-                what="conversation read",
-            )
-        except Exception:
-            raise ServiceUnavailable(
-                "The conversation cannot be read right now; start a new one or retry."
-            ) from None
-        if conversation is None:
-            raise NotFound("No such conversation.")
+    if conversation is not None:
         if project_id is not None and project_id != conversation.project_id:
             raise Unprocessable(
                 "project_id: the conversation is not in this project (move it with "
@@ -140,12 +130,12 @@ def respond(turn: Turn, ai_sdk: bool) -> Response:
 
 async def load_history(
     runtime: Runtime, user_id: str, conversation_id: str, replaces: str | None = None
-) -> tuple[HistoryMessage, ...]:
-    """The recent messages of the caller's conversation's current transcript (before the turn
-    `replaces`, when the new turn replaces one); another user's id is simply absent. Bounded
-    like the turn's memory read: a hanging database answers 503 in time."""
+) -> tuple[Conversation, tuple[HistoryMessage, ...]]:
+    """The caller's conversation and the recent messages of its current transcript (before the
+    turn `replaces`, when the new turn replaces one); another user's id is simply absent.
+    Bounded like the turn's memory read: a hanging database answers 503 in time."""
     try:
-        stored = await within(
+        found = await within(
             runtime.settings.memory_read_timeout_seconds,
             lambda: runtime.conversations.history(
                 user_id, conversation_id, last=runtime.settings.history_messages, replaces=replaces
@@ -161,9 +151,10 @@ async def load_history(
         raise ServiceUnavailable(
             "The conversation cannot be read right now; start a new one or retry."
         ) from None
-    if stored is None:
+    if found is None:
         raise NotFound("No such conversation.")
-    return tuple(
+    conversation, stored = found
+    return conversation, tuple(
         HistoryMessage(message.role, message.content) for message in stored if message.content
     )
 
@@ -211,10 +202,13 @@ async def chat(
 ) -> Response:
     wanted = read_request(request, payload)
     check_message(wanted.message, runtime.settings)
+    conversation: Conversation | None = None
     history: tuple[HistoryMessage, ...] = ()
-    project_id, project_name = await turn_project(runtime, user.subject, wanted)
     if wanted.conversation_id is not None:
-        history = await load_history(runtime, user.subject, wanted.conversation_id, wanted.replaces)
+        conversation, history = await load_history(
+            runtime, user.subject, wanted.conversation_id, wanted.replaces
+        )
+    project_id, project_name = await turn_project(runtime, user.subject, wanted, conversation)
     agent = await runtime.agents.chat()
     # Last before the stream: a refused turn answers 429 with nothing read or written.
     admission = await runtime.limits.admit(Caller.user(user.subject), runtime.user_limits())

@@ -119,12 +119,13 @@ class ConversationService:
 
     def _history(
         self, user_id: str, conversation_id: str, last: int, replaces: str | None
-    ) -> list[StoredMessage] | None:
+    ) -> tuple[Conversation, list[StoredMessage]] | None:
         if not is_conversation_id(conversation_id):
             return None
         with self.engine.connect() as connection:
             one_statement_read(connection)  # stands between the request and its first text
-            if repository.get(connection, user_id, conversation_id) is None:
+            conversation = repository.get(connection, user_id, conversation_id)
+            if conversation is None:
                 return None
             before_id = None
             if replaces is not None:
@@ -135,17 +136,18 @@ class ConversationService:
                 )
                 if before_id is None:
                     raise TurnNotCurrent(replaces)
-            return repository.messages(
+            return conversation, repository.messages(
                 connection, conversation_id, last=last, current=True, before_id=before_id
             )
 
     async def history(
         self, user_id: str, conversation_id: str, *, last: int, replaces: str | None = None
-    ) -> list[StoredMessage] | None:
-        """What the model reads before a new turn: the last `last` messages of the current
-        transcript (no replaced turn), and when the turn `replaces` one, only those before it.
-        None when the conversation is not the owner's; TurnNotCurrent when `replaces` is not
-        a turn of its current transcript."""
+    ) -> tuple[Conversation, list[StoredMessage]] | None:
+        """The conversation, and what the model reads before a new turn: the last `last`
+        messages of its current transcript (no replaced turn), and when the turn `replaces` one,
+        only those before it. None when the conversation is not the owner's; TurnNotCurrent
+        when `replaces` is not a turn of its current transcript. One connection and one thread
+        hop for both: a continuing turn waits on it before its first text."""
         return await to_thread(self._history, user_id, conversation_id, last, replaces)
 
     def _rename(self, user_id: str, conversation_id: str, title: str) -> Conversation | None:
