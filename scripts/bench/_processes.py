@@ -120,6 +120,25 @@ def floor_service(stub: str, log_dir: Path) -> Iterator[str]:
 
 
 @contextmanager
+def io_floor_service(
+    stub: str, database_url: str, log_dir: Path, name: str = "io_floor", pooler: str = ""
+) -> Iterator[str]:
+    """`scripts/bench/io_floor_app.py` (the floor plus a turn's required database work) on
+    `database_url`, started like `service`; yields its URL."""
+    env = {
+        **os.environ,
+        "LLM_BASE_URL": stub,
+        "LLM_API_KEY": "unused",
+        "IO_FLOOR_DATABASE_URL": database_url,
+        "IO_FLOOR_POOLER": pooler,
+    }
+    app = "scripts.bench.io_floor_app:app"
+    log = log_dir / f"{name}.log"
+    with uvicorn(app, env, log, ROOT, "--log-level", "warning") as (url, _pid):
+        yield url
+
+
+@contextmanager
 def uvicorn(
     asgi_app: str, env: dict[str, str], log: Path, root: Path, *options: str
 ) -> Iterator[tuple[str, int]]:

@@ -28,6 +28,7 @@ import app.agent.turn as turn
 import app.api.deps as deps
 import app.conversations.service as conversations
 import app.memory.service as memory
+import app.operators.limits as limits
 from app.agent import llm
 from app.main import app as service
 
@@ -71,6 +72,8 @@ def timed(owner: Any, attribute: str, name: str) -> None:
 
 
 timed(deps, "authenticate", "authentication")
+timed(limits.LimitStore, "admit", "admission")
+timed(limits.LimitStore, "_admit", "admission, in its thread")
 timed(turn, "open_turn", "turn start (memory read, then message write)")
 timed(opening, "_load_memory", "memory read")
 timed(opening, "_store_message", "message write")

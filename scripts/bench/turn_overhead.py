@@ -47,6 +47,7 @@ from scripts.bench._processes import (  # noqa: E402
     ROOT,
     dev_token,
     floor_service,
+    io_floor_service,
     offline_model,
     service,
 )
@@ -274,6 +275,12 @@ def main() -> None:
         help="also measure scripts/bench/floor_app.py (the required stack alone) alongside",
     )
     parser.add_argument(
+        "--io-floor",
+        action="store_true",
+        help="also measure scripts/bench/io_floor_app.py (the floor plus a turn's required "
+        "database work, raw statements on a database of its own) alongside",
+    )
+    parser.add_argument(
         "--pgbouncer",
         action="store_true",
         help="PostgreSQL only: also serve this checkout through a PgBouncer in transaction "
@@ -322,6 +329,18 @@ def main() -> None:
             pooled_trees = {"pgbouncer": ROOT}
             if args.baseline:
                 pooled_trees["baseline_pgbouncer"] = args.baseline
+            if args.io_floor:
+                url = stack.enter_context(database(args.database, Path(logs), "io_floor_pgb"))
+                bouncer = stack.enter_context(pgbouncer("127.0.0.1", make_url(url).port or 5432))
+                urls["io_floor_pgbouncer"] = stack.enter_context(
+                    io_floor_service(
+                        stub,
+                        bouncer.url_for(url),
+                        Path(logs),
+                        name="io_floor_pgbouncer",
+                        pooler="transaction",
+                    )
+                )
             for pooled_name, tree in pooled_trees.items():
                 url = stack.enter_context(database(args.database, Path(logs), pooled_name))
                 bouncer = stack.enter_context(pgbouncer("127.0.0.1", make_url(url).port or 5432))
@@ -341,6 +360,9 @@ def main() -> None:
                 )
         if args.floor:
             urls["floor"] = stack.enter_context(floor_service(stub, Path(logs)))
+        if args.io_floor:
+            url = stack.enter_context(database(args.database, Path(logs), "io_floor"))
+            urls["io_floor"] = stack.enter_context(io_floor_service(stub, url, Path(logs)))
         for concurrency in levels:
             paths = asyncio.run(measure(stub, urls, concurrency, args.turns, args.blocks))
             described = {name: describe(samples) for name, samples in paths.items()}
