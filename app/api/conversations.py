@@ -11,14 +11,16 @@ from starlette.responses import Response
 
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import error_responses
-from app.api.project_scope import ProjectQuery, find_project
+from app.api.project_scope import NO_PROJECT, ProjectQuery, project_write_unavailable
 from app.api.timestamps import iso_utc
+from app.concurrency import to_thread
 from app.conversations.repository import Conversation
 from app.conversations.search import MAX_RESULTS
-from app.conversations.service import SearchResult
+from app.conversations.service import SearchResult, is_conversation_id
 from app.conversations.titles import TitleError, checked_title
 from app.db.deadline import DeadlineExceededError, within
 from app.errors import NotFound, ServiceUnavailable, Unprocessable
+from app.memory.projects import ProjectNotFoundError
 
 router = APIRouter(tags=["conversations"])
 
@@ -132,6 +134,25 @@ class ConversationChange(BaseModel):
         return self
 
 
+async def move(
+    runtime: RuntimeDep, user_id: str, conversation_id: str, project_id: str | None
+) -> None:
+    """Move the caller's conversation into their project (or out of projects), under their
+    writer lock, so that the project cannot be deleted in between (a 404 if it is gone)."""
+    if project_id is not None and not is_conversation_id(project_id):
+        raise NotFound(NO_PROJECT)  # project ids are uuid4 text too
+    try:
+        moved = await to_thread(
+            runtime.memory.move_conversation, user_id, conversation_id, project_id
+        )
+    except ProjectNotFoundError:
+        raise NotFound(NO_PROJECT) from None
+    except Exception as error:
+        raise project_write_unavailable(error) from None
+    if moved is None:
+        raise NotFound("No such conversation.")
+
+
 @router.patch(
     "/v1/conversations/{conversation_id}",
     summary="Rename one conversation, or move it into a project or out of projects",
@@ -147,13 +168,7 @@ async def change_conversation(
         except TitleError as error:
             raise Unprocessable(str(error), code="invalid_title") from None
     if "project_id" in body.model_fields_set:
-        if await runtime.conversations.get(user.subject, conversation_id) is None:
-            raise NotFound("No such conversation.")
-        if body.project_id is not None:
-            await find_project(runtime, user.subject, body.project_id)
-        moved = await runtime.conversations.move(user.subject, conversation_id, body.project_id)
-        if moved is None:
-            raise NotFound("No such conversation.")
+        await move(runtime, user.subject, conversation_id, body.project_id)
     conversation = (
         await runtime.conversations.rename(user.subject, conversation_id, title)
         if title is not None

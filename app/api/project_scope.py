@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import structlog
 from fastapi import Depends, Query
 
 from app.api.deps import CurrentUser, RuntimeDep
@@ -13,8 +14,23 @@ from app.concurrency import to_thread
 from app.conversations.service import is_conversation_id
 from app.errors import NotFound, ServiceUnavailable
 from app.memory.projects import GENERAL, Project, Scope
+from app.memory.service import MemoryBusyError
 
 NO_PROJECT = "No such project."
+
+logger = structlog.get_logger(__name__)
+
+
+def project_write_unavailable(error: Exception) -> ServiceUnavailable:
+    """The 503 of a failed project write (a project, or a conversation's move): `memory_busy`
+    when another change of the person's held their writer lock too long."""
+    logger.warning("projects.failed", error=type(error).__name__)
+    if isinstance(error, MemoryBusyError):
+        return ServiceUnavailable(
+            "Memory is busy with another change; nothing was changed. Retry shortly.",
+            code="memory_busy",
+        )
+    return ServiceUnavailable("Memory cannot be reached right now.", code="memory_unavailable")
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from starlette.responses import Response
 
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import error_responses
-from app.api.project_scope import NO_PROJECT
+from app.api.project_scope import NO_PROJECT, project_write_unavailable
 from app.api.timestamps import iso_utc
 from app.concurrency import to_thread
-from app.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
+from app.errors import Conflict, NotFound, Unprocessable
 from app.memory.projects import (
     Project,
     ProjectLimitError,
@@ -24,7 +24,6 @@ from app.memory.projects import (
     ProjectNotFoundError,
     normalize_name,
 )
-from app.memory.service import MemoryBusyError
 
 logger = structlog.get_logger(__name__)
 
@@ -67,22 +66,12 @@ def _name(raw: str) -> str:
         raise Unprocessable(f"The project's {error}.", code="invalid_name") from None
 
 
-def _unavailable(error: Exception) -> ServiceUnavailable:
-    logger.warning("projects.failed", error=type(error).__name__)
-    if isinstance(error, MemoryBusyError):
-        return ServiceUnavailable(
-            "Memory is busy with another change; nothing was changed. Retry shortly.",
-            code="memory_busy",
-        )
-    return ServiceUnavailable("Memory cannot be reached right now.", code="memory_unavailable")
-
-
 @router.get("", summary="The caller's projects, oldest first", responses=error_responses(401, 503))
 async def list_projects(user: CurrentUser, runtime: RuntimeDep) -> dict[str, Any]:
     try:
         found = await to_thread(runtime.memory.list_projects, user.subject)
     except Exception as error:
-        raise _unavailable(error) from None
+        raise project_write_unavailable(error) from None
     return {"projects": [project_view(project) for project in found]}
 
 
@@ -106,7 +95,7 @@ async def create_project(
             code="project_limit",
         ) from None
     except Exception as error:
-        raise _unavailable(error) from None
+        raise project_write_unavailable(error) from None
     logger.info("projects.created")
     return project_view(project)
 
@@ -131,7 +120,7 @@ async def change_project(
     except ProjectNotFoundError:
         raise NotFound(NO_PROJECT) from None
     except Exception as error:
-        raise _unavailable(error) from None
+        raise project_write_unavailable(error) from None
     logger.info("projects.changed")
     return project_view(project)
 
@@ -168,6 +157,6 @@ async def delete_project(
             details={"conversations": error.conversations},
         ) from None
     except Exception as error:
-        raise _unavailable(error) from None
+        raise project_write_unavailable(error) from None
     logger.info("projects.deleted", conversations=count, choice=conversations or "none")
     return Response(status_code=204)

@@ -83,23 +83,6 @@ class ConversationService:
         """Most recent first; only `project_id`'s when given."""
         return await to_thread(self._list, user_id, project_id)
 
-    def _move(
-        self, user_id: str, conversation_id: str, project_id: str | None
-    ) -> Conversation | None:
-        if not is_conversation_id(conversation_id):
-            return None
-        with self.engine.begin() as connection:
-            if not repository.move(connection, user_id, conversation_id, project_id):
-                return None
-            return repository.get(connection, user_id, conversation_id)
-
-    async def move(
-        self, user_id: str, conversation_id: str, project_id: str | None
-    ) -> Conversation | None:
-        """Put the owner's conversation in `project_id` (checked as the owner's by the caller)
-        or outside projects; None when the conversation is not the owner's."""
-        return await to_thread(self._move, user_id, conversation_id, project_id)
-
     def _messages(
         self, user_id: str, conversation_id: str, last: int | None
     ) -> list[StoredMessage] | None:

@@ -13,7 +13,9 @@ from typing import TypeVar
 from sqlalchemy import Engine
 
 from app.concurrency import CancelFlag, finish_even_if_cancelled, to_thread
+from app.conversations.repository import Conversation
 from app.conversations.search import optimize_fulltext
+from app.conversations.service import is_conversation_id
 from app.db.deadline import DeadlineExceededError, within
 from app.db.engine import one_statement_read
 from app.db.locking import is_retryable, is_timeout, is_unique_violation
@@ -223,6 +225,19 @@ class MemoryService:
         if count and conversations == "delete":
             optimize_fulltext(self.engine)
         return count
+
+    def move_conversation(
+        self, user_id: str, conversation_id: str, project_id: str | None
+    ) -> Conversation | None:
+        """writes.move_conversation (an id of the wrong shape is simply not the owner's)."""
+        if not is_conversation_id(conversation_id):
+            return None
+        return self._run(
+            user_id,
+            "project",
+            lambda unit: writes.move_conversation(unit, conversation_id, project_id),
+            _never,
+        )[0]
 
     # -- writes -----------------------------------------------------------------------------
     # Every write runs in one unit of work (app/memory/unit_of_work.py) that holds the user's

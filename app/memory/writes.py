@@ -351,6 +351,22 @@ def delete_project(unit: UnitOfWork, project_id: str, conversations: str | None)
     return count
 
 
+def move_conversation(
+    unit: UnitOfWork, conversation_id: str, project_id: str | None
+) -> transcripts.Conversation | None:
+    """Put the owner's conversation in `project_id` (ProjectNotFoundError when that is not the
+    owner's project) or, with None, outside projects; None when the conversation is not theirs.
+    Under the writer lock, like a project's deletion: a move and a deletion of its project are
+    serial, so a conversation never points at a project that is gone."""
+    connection, user_id = unit.connection, unit.user_id
+    if transcripts.get(connection, user_id, conversation_id) is None:
+        return None
+    if project_id is not None:
+        projects.require(connection, user_id, project_id)
+    transcripts.move(connection, user_id, conversation_id, project_id)
+    return transcripts.get(connection, user_id, conversation_id)
+
+
 def set_save_mode(unit: UnitOfWork, mode: SaveMode) -> None:
     proposals.set_save_mode(unit.connection, unit.user_id, mode)
 

@@ -1,8 +1,10 @@
 """Every pair of writers of one user's memory state is serial, through the real service on every
 dialect: writer A is held inside its unit of work with the user's lock taken, writer B is sent
 meanwhile and seen waiting for that lock, then A is let go. Each response and the end state
-(memory, history, proposals, save mode) must be those of the serial order A then B, which an
-oracle user gets by sending the same two requests one after the other.
+(memory, history, proposals, save mode, projects and the seeded conversation's project) must
+be those of the serial order A then B, which an oracle user gets by sending the same two
+requests one after the other. A conversation's move into a project is a writer too: serial
+with the project's deletion, it never leaves the conversation in a project that is gone.
 
 Without the lock (the mutation: `holding_writer_lock` not acquiring on PostgreSQL and MariaDB)
 B runs beside A, and `forget`/`accept`, `accept`/`reject` and `undo`/`undo` end in states no
@@ -37,10 +39,13 @@ WAIT_SECONDS = 30
 
 @dataclass(frozen=True)
 class Seeded:
-    """What the setup left for a user: a recorded change and a pending proposal."""
+    """What the setup left for a user: a recorded change, a pending proposal, a project and a
+    conversation outside it."""
 
     change_id: str
     proposal_id: str
+    project_id: str
+    conversation_id: str
 
 
 def _ok(response: httpx.Response) -> httpx.Response:
@@ -64,7 +69,9 @@ def seed(client: httpx.Client, user: str) -> Seeded:
     turn(client, user, "remember that the user keeps bees")
     [proposal] = _ok(client.get("/v1/memory/proposals", headers=headers)).json()["proposals"]
     _ok(client.put("/v1/memory/settings", headers=headers, json={"save_mode": "auto"}))
-    return Seeded(change_id, proposal["id"])
+    project = _ok(client.post("/v1/projects", headers=headers, json={"name": "Client A"})).json()
+    [conversation] = _ok(client.get("/v1/conversations", headers=headers)).json()["conversations"]
+    return Seeded(change_id, proposal["id"], project["id"], conversation["id"])
 
 
 def turn(client: httpx.Client, user: str, message: str) -> str:
@@ -121,6 +128,22 @@ WRITERS: dict[str, tuple[str, Request]] = {
             c.post(f"/v1/memory/history/{s.change_id}/undo", headers=dev_auth(u))
         ),
     ),
+    "move": (
+        "project",
+        lambda c, u, s: _status(
+            c.patch(
+                f"/v1/conversations/{s.conversation_id}",
+                headers=dev_auth(u),
+                json={"project_id": s.project_id},
+            )
+        ),
+    ),
+    "drop_project": (
+        "project",
+        lambda c, u, s: _status(
+            c.delete(f"/v1/projects/{s.project_id}?conversations=detach", headers=dev_auth(u))
+        ),
+    ),
     "ask": (
         "save_mode",
         lambda c, u, s: _status(
@@ -145,22 +168,38 @@ PAIRS = [
     ("forget", "undo"),
     ("ask", "turn"),
     ("turn", "ask"),
+    ("drop_project", "move"),
+    ("move", "drop_project"),
 ]
 
 
-def state(client: httpx.Client, user: str) -> dict[str, Any]:
-    """Everything a writer can change, without ids and times (they differ between users)."""
+def state(client: httpx.Client, user: str, seeded: Seeded) -> dict[str, Any]:
+    """Everything a writer can change, without ids and times (they differ between users). Of
+    the conversations, the seeded one's project: a turn's own conversation may be missing on
+    SQLite, whose one write lock the held writer keeps from the turn's transcript write."""
     headers = dev_auth(user)
     memory = _ok(client.get("/v1/memory", headers=headers)).json()
     history = _ok(client.get("/v1/memory/history", headers=headers)).json()["changes"]
     pending = _ok(client.get("/v1/memory/proposals", headers=headers)).json()["proposals"]
     mode = _ok(client.get("/v1/memory/settings", headers=headers)).json()["save_mode"]
+    projects = {
+        project["id"]: project["name"]
+        for project in _ok(client.get("/v1/projects", headers=headers)).json()["projects"]
+    }
+    conversations = _ok(client.get("/v1/conversations", headers=headers)).json()["conversations"]
     return {
         "user": memory["user"]["entries"],
         "memory": memory["memory"]["entries"],
         "history": [(change["source"], change["operations"]) for change in history],
         "proposals": [proposal["operations"] for proposal in pending],
         "save_mode": mode,
+        "projects": sorted(projects.values()),
+        # The seeded conversation's project by name, or `gone` if it names one that is no more.
+        "conversation_in": [
+            None if c["project_id"] is None else projects.get(c["project_id"], "gone")
+            for c in conversations
+            if c["id"] == seeded.conversation_id
+        ],
     }
 
 
@@ -247,7 +286,7 @@ def test_two_writers_of_one_user_end_as_one_serial_order(
         expected = (
             a_request(client, oracle, oracle_seed),
             b_request(client, oracle, oracle_seed),
-            state(client, oracle),
+            state(client, oracle, oracle_seed),
         )
 
         user = f"racer-{uuid.uuid4().hex[:8]}"
@@ -277,7 +316,7 @@ def test_two_writers_of_one_user_end_as_one_serial_order(
                     f"{second_writer} waiting for {first_writer}",
                 )
             holder.release.set()
-            got = (first.result(), second.result(), state(client, user))
+            got = (first.result(), second.result(), state(client, user, seeded))
         finally:
             holder.release.set()
             runtime.memory.observe = None
