@@ -60,22 +60,22 @@ def kill(server_url: str, engine: Engine, session: int) -> None:
         killer.dispose()
 
 
-def test_a_connection_used_within_the_window_is_not_pinged(
-    one_connection: Engine, pings: list[int], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("window", "pinged"),
+    [(3600.0, 0), (0.0, 3)],
+    ids=["used-within-the-window-no-ping", "idle-pinged-at-each-checkout"],
+)
+def test_a_checkout_pings_only_a_connection_idle_past_the_window(
+    one_connection: Engine,
+    pings: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+    window: float,
+    pinged: int,
 ) -> None:
-    monkeypatch.setattr(guard, "PING_AFTER_IDLE_SECONDS", 3600.0)
-    first = session_id(one_connection)  # a fresh connection: no ping either
+    monkeypatch.setattr(guard, "PING_AFTER_IDLE_SECONDS", window)
+    first = session_id(one_connection)  # a fresh connection: never pinged
     assert [session_id(one_connection) for _ in range(3)] == [first] * 3
-    assert pings == []
-
-
-def test_an_idle_connection_is_pinged_at_each_checkout(
-    one_connection: Engine, pings: list[int], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(guard, "PING_AFTER_IDLE_SECONDS", 0.0)
-    first = session_id(one_connection)
-    assert [session_id(one_connection) for _ in range(3)] == [first] * 3
-    assert len(pings) == 3
+    assert len(pings) == pinged
 
 
 def test_an_idle_connection_found_dead_is_replaced_before_use(
