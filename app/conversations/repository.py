@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 
 from app.conversations.search import drop_deleted_terms
-from app.db.schema import conversation_messages, conversations
+from app.db.schema import conversation_messages, conversations, projects
 from app.operators import usage as usage_rows
 from app.operators.usage import TurnUsage
 
@@ -87,6 +87,30 @@ def create(
     if project_id is not None:  # outside projects the row is written as before revision 0012
         values["project_id"] = project_id
     connection.execute(_CREATE, values)
+
+
+class ProjectGoneError(LookupError):
+    """The project a new conversation was to start in is no longer its owner's."""
+
+
+# A share lock on the owner's project row for the rest of the transaction: its deletion takes
+# the row for update first (`app.memory.writes.delete_project`), so the two are serial and a
+# conversation never starts in a project that is gone. SQLite: the transaction's one write lock.
+_HOLD_PROJECT = (
+    select(projects.c.id)
+    .where(
+        projects.c.id == bindparam("project_id", type_=projects.c.id.type),
+        projects.c.user_id == bindparam("owner_id", type_=projects.c.user_id.type),
+    )
+    .with_for_update(read=True)
+)
+
+
+def hold_project(connection: Connection, user_id: str, project_id: str) -> None:
+    """Share-lock the owner's project until the transaction ends; ProjectGoneError if none."""
+    found = connection.execute(_HOLD_PROJECT, {"project_id": project_id, "owner_id": user_id})
+    if found.first() is None:
+        raise ProjectGoneError(project_id)
 
 
 _OWNER = bindparam("owner_id", type_=conversations.c.user_id.type)

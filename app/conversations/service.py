@@ -290,6 +290,8 @@ class ConversationService:
         # stands between the request and the first streamed text.
         stamp = repository.now()
         with self._transcript_write() as connection:
+            if project_id is not None:
+                repository.hold_project(connection, user_id, project_id)
             repository.create(
                 connection,
                 conversation_id,
@@ -313,8 +315,9 @@ class ConversationService:
     async def create(
         self, user_id: str, turn_id: str, first_message: str, project_id: str | None = None
     ) -> str | None:
-        """A new conversation (in `project_id`, checked as the owner's by the caller) holding
-        the turn's user message, or None when the transcript cannot be stored right now."""
+        """A new conversation (in `project_id`, checked as the owner's by the caller, and held
+        against its deletion until the row is written) holding the turn's user message, or
+        None when the transcript cannot be stored right now (or the project is gone)."""
         try:
             return await to_thread(self._create, user_id, turn_id, first_message, project_id)
         except Exception as error:

@@ -133,10 +133,11 @@ def list_projects(connection: Connection, user_id: str) -> list[Project]:
     ]
 
 
-def get(connection: Connection, user_id: str, project_id: str) -> Project | None:
-    row = connection.execute(
-        select(*_COLUMNS).where(projects.c.id == project_id, projects.c.user_id == user_id)
-    ).first()
+def get(
+    connection: Connection, user_id: str, project_id: str, *, for_update: bool = False
+) -> Project | None:
+    query = select(*_COLUMNS).where(projects.c.id == project_id, projects.c.user_id == user_id)
+    row = connection.execute(query.with_for_update() if for_update else query).first()
     if row is None:
         return None
     count = conversation_count(connection, user_id, project_id)
@@ -145,8 +146,10 @@ def get(connection: Connection, user_id: str, project_id: str) -> Project | None
     )
 
 
-def require(connection: Connection, user_id: str, project_id: str) -> Project:
-    project = get(connection, user_id, project_id)
+def require(
+    connection: Connection, user_id: str, project_id: str, *, for_update: bool = False
+) -> Project:
+    project = get(connection, user_id, project_id, for_update=for_update)
     if project is None:
         raise ProjectNotFoundError("no such project")
     return project

@@ -339,7 +339,9 @@ def delete_project(unit: UnitOfWork, project_id: str, conversations: str | None)
     (they become general conversations). None with conversations left: ProjectNotEmptyError.
     Returns the number of conversations deleted or detached."""
     connection, user_id = unit.connection, unit.user_id
-    projects.require(connection, user_id, project_id)
+    # The row for update first: a conversation starting in the project holds it shared until
+    # its row is written (`app.conversations.repository.hold_project`), so it is counted here.
+    projects.require(connection, user_id, project_id, for_update=True)
     count = projects.conversation_count(connection, user_id, project_id)
     if count and conversations is None:
         raise projects.ProjectNotEmptyError(count)

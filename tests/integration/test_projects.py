@@ -9,12 +9,16 @@ forgetting keeps the projects and drops their documents; erasure removes project
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 from sqlalchemy import Engine, Table, func, select
 
 from app.conversations import repository as transcripts
+from app.conversations.service import ConversationService
 from app.db.schema import conversations, memory_changes, project_memory, projects
-from app.memory import history, proposals
+from app.memory import history, proposals, writes
 from app.memory.history import now
 from app.memory.projects import (
     ProjectLimitError,
@@ -25,8 +29,12 @@ from app.memory.projects import (
 from app.memory.provenance import Provenance
 from app.memory.rules import MemoryValidationError, Operation
 from app.memory.service import MemoryService
+from app.memory.unit_of_work import unit_of_work
 from app.memory.writes import MemoryNotFoundError, WriteLimits
-from tests.support.databases import wipe
+from tests.support.databases import lock_waiters, wipe
+from tests.support.waiting import wait_for
+
+TURN = "00000000-0000-4000-8000-000000000001"
 
 
 @pytest.fixture
@@ -198,3 +206,44 @@ def test_forget_keeps_projects_and_erase_removes_them(
     service.erase("alice", now())
     assert rows(engine, projects, user_id="alice") == 0
     assert rows(engine, project_memory, user_id="alice") == 0
+
+
+def test_a_conversation_never_starts_in_a_project_being_deleted(
+    service: MemoryService, engine: Engine
+) -> None:
+    """A project's deletion takes its row for update inside the writer's unit of work; a turn's
+    new conversation in that project, started meanwhile, waits for it (seen blocked on the
+    servers; SQLite's one write lock makes it wait there), then finds the project gone and is
+    not written (the turn runs without a transcript). No conversation ever points at a project
+    that is gone."""
+    project = service.create_project("alice", "Client A")
+    starting: list[str | None] = []
+    with unit_of_work(engine, "alice", "project") as unit:
+        assert writes.delete_project(unit, project.id, "detach") == 0
+        creation = threading.Thread(
+            target=lambda: starting.append(
+                asyncio.run(ConversationService(engine).create("alice", TURN, "Hi.", project.id))
+            )
+        )
+        creation.start()
+        if engine.dialect.name != "sqlite":
+            wait_for(lambda: lock_waiters(engine, "%amem_projects%") >= 1, "the creation waiting")
+    creation.join(30)
+    assert starting == [None]
+    assert rows(engine, conversations, project_id=project.id) == 0
+    assert rows(engine, projects, id=project.id) == 0
+
+
+def test_a_conversation_started_before_the_deletion_is_counted_by_it(
+    service: MemoryService, engine: Engine
+) -> None:
+    """The other order: a conversation written in the project before its deletion is counted
+    (`409` without a choice) and then detached with it."""
+    project = service.create_project("alice", "Client A")
+    started = asyncio.run(ConversationService(engine).create("alice", TURN, "Hi.", project.id))
+    assert started is not None
+    with pytest.raises(ProjectNotEmptyError):
+        service.delete_project("alice", project.id, None)
+    assert service.delete_project("alice", project.id, "detach") == 1
+    assert rows(engine, conversations, id=started) == 1
+    assert rows(engine, conversations, project_id=project.id) == 0
