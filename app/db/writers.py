@@ -82,9 +82,17 @@ def _refuse_outside_the_lock(
         )
 
 
-def lock_name(user_id: str) -> str:
-    """A fixed-size name for the user's lock (MariaDB's GET_LOCK takes at most 64 characters)."""
-    return "amem_writer_" + hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:40]
+def lock_name(user_id: str, database: str | None = None) -> str:
+    """A fixed-size name for the user's lock in `database` (MariaDB's GET_LOCK takes at most 64
+    characters). MariaDB's named locks are server-wide, unlike PostgreSQL's advisory locks and
+    SQL Server's application locks: the database is part of the name, so that two deployments
+    on one server (staging and production, or two test runs) never wait on each other's user."""
+    key = user_id if database is None else f"{database}\x00{user_id}"
+    return "amem_writer_" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:40]
+
+
+def _mysql_lock_name(connection: Connection, user_id: str) -> str:
+    return lock_name(user_id, connection.engine.url.database or "")
 
 
 _POSTGRES_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:user_id, 0))")
@@ -104,7 +112,8 @@ def _acquire(connection: Connection, user_id: str) -> None:
     if dialect == "postgresql":
         connection.execute(_POSTGRES_LOCK, {"user_id": user_id})
     elif dialect in ("mysql", "mariadb"):
-        if connection.execute(_MYSQL_LOCK, {"name": lock_name(user_id)}).scalar() != 1:
+        name = _mysql_lock_name(connection, user_id)
+        if connection.execute(_MYSQL_LOCK, {"name": name}).scalar() != 1:
             raise WriterLockTimeoutError("the user's writer lock was not granted in time")
     elif dialect == "mssql":
         granted = connection.execute(_MSSQL_LOCK, {"name": lock_name(user_id)}).scalar()
@@ -137,7 +146,7 @@ def release_session_lock(connection: Connection, user_id: str) -> None:
     if connection.dialect.name not in ("mysql", "mariadb") or connection.invalidated:
         return
     try:
-        connection.execute(_MYSQL_UNLOCK, {"name": lock_name(user_id)})
+        connection.execute(_MYSQL_UNLOCK, {"name": _mysql_lock_name(connection, user_id)})
         connection.rollback()
     except Exception:
         connection.invalidate()  # not raised: it would hide the error that ended the write
