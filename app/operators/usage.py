@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from functools import cache
 from typing import Any
 
 import structlog
-from sqlalchemy import Connection, Engine, Insert, bindparam, delete, func, select
-from sqlalchemy.dialects import postgresql
+from sqlalchemy import Connection, Engine, Insert, delete, func, select
 
 from app.concurrency import to_thread
 from app.db.schema import usage_daily
-from app.db.upsert import add_to_row
+from app.db.upsert import add_to_row, upsert
 
 log = structlog.get_logger(__name__)
 
@@ -80,21 +78,12 @@ def record(connection: Connection, spent: TurnUsage, day: date | None = None) ->
 _AMOUNTS = ("turns", "prompt_tokens", "completion_tokens")
 
 
-@cache
 def postgres_record() -> Insert:
-    """`record`'s upsert on PostgreSQL, built once, its values bound at execution
-    (`record_values`): for a statement that carries it beside other writes
-    (app/conversations/repository.py)."""
-    statement = postgresql.insert(usage_daily).values(
-        {
-            column: bindparam(f"usage_{column}", type_=usage_daily.c[column].type)
-            for column in ("user_id", "day", *_AMOUNTS)
-        }
-    )
-    return statement.on_conflict_do_update(
-        index_elements=["user_id", "day"],
-        set_={name: usage_daily.c[name] + statement.excluded[name] for name in _AMOUNTS},
-    )
+    """`record`'s upsert on PostgreSQL, its values bound at execution (`record_values`): for a
+    statement that carries it beside other writes (app/conversations/repository.py)."""
+    statement = upsert("postgresql", usage_daily, ("user_id", "day"), _AMOUNTS, prefix="usage_")
+    assert statement is not None
+    return statement
 
 
 def record_values(spent: TurnUsage, day: date | None = None) -> dict[str, Any]:

@@ -30,7 +30,13 @@ from scripts.bench._processes import (  # noqa: E402
     offline_model_process,
     service,
 )
-from scripts.bench.turn_overhead import Samples, backend_turn, block, database  # noqa: E402
+from scripts.bench.turn_overhead import (  # noqa: E402
+    LIMITS_CHECKED,
+    Samples,
+    backend_turn,
+    block,
+    database,
+)
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -61,7 +67,12 @@ def main() -> None:
             database(args.database, directory, "cpu") as url,
             offline_model_process(directory) as (model_url, model),
             service(
-                url, directory, args.root.resolve(), LLM_BASE_URL=model_url, LOG_LEVEL="INFO"
+                url,
+                directory,
+                args.root.resolve(),
+                LLM_BASE_URL=model_url,
+                LOG_LEVEL="INFO",
+                **LIMITS_CHECKED,
             ) as (service_url, pid),
         ):
             asyncio.run(turns(service_url, 50, args.concurrency))  # warm-up
