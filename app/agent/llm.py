@@ -48,6 +48,9 @@ except ImportError:  # pragma: no cover - an SDK release without its own HTTP st
 # maps the errors it knows to httpx2's; any other aiohttp error is a broken stream too.
 STREAM_ERRORS += (aiohttp.ClientError,)
 
+# What the SDK adds per request, beside its default headers.
+SDK_REQUEST_HEADERS = ("x-stainless-retry-count", "x-stainless-read-timeout")
+
 FailureCode = Literal["model_error", "model_stream_broken"]
 
 
@@ -233,6 +236,15 @@ class ModelClient:
         limits: StreamLimits | None = None,
     ) -> None:
         self.client = client
+        # The SDK describes this host to the endpoint in `X-Stainless-*` headers (OS,
+        # architecture, Python and SDK versions, async library, retry count, read timeout).
+        # None of it is the endpoint's business (private by default), and each open stream
+        # would hold them twice, as httpx2's headers and as aiohttp's.
+        self._unsent_headers: dict[str, openai.Omit] = {
+            name: openai.Omit()
+            for name in (*client.default_headers, *SDK_REQUEST_HEADERS)
+            if name.lower().startswith("x-stainless-")
+        }
         self.primary = primary
         self.fallback = fallback
         self.max_tokens = max_tokens
@@ -303,6 +315,7 @@ class ModelClient:
             stream=True,
             stream_options={"include_usage": True},
             extra_body=body,
+            extra_headers=self._unsent_headers,
             **options,
         )
         try:

@@ -317,3 +317,41 @@ def test_a_configured_endpoint_that_stops_sending_is_a_broken_stream() -> None:
 
     failure = asyncio.run(run())
     assert (failure.code, failure.streamed) == ("model_stream_broken", True)
+
+
+def test_a_configured_endpoint_learns_nothing_of_the_host() -> None:
+    """The request a configured endpoint receives carries none of the SDK's `X-Stainless-*`
+    headers describing the host (OS, architecture, Python and SDK versions, retry state): the
+    one left says how the SDK reads the answer (`X-Stainless-Raw-Response: stream`)."""
+    heads: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        heads.append(head)
+        length = int(
+            next(
+                line.split(b":", 1)[1]
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+        )
+        await reader.readexactly(length)
+        raw = stream_body(["hi"])
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            + f"content-length: {len(raw)}\r\n\r\n".encode()
+            + raw
+        )
+        await writer.drain()
+        writer.close()
+
+    async def run() -> RoundResult:
+        async with configured_endpoint(serve) as client:
+            return await client.run_round("m", [{"role": "user", "content": "hi"}], [], print)
+
+    assert asyncio.run(run()).text == "hi"
+    (head,) = heads
+    names = {line.split(b":", 1)[0].lower() for line in head.split(b"\r\n")[1:] if line}
+    stainless = {name for name in names if name.startswith(b"x-stainless")}
+    assert stainless == {b"x-stainless-raw-response"}
+    assert {b"authorization", b"content-type", b"content-length", b"host"} <= names
