@@ -113,10 +113,17 @@ def service(
 def floor_service(stub: str, log_dir: Path) -> Iterator[str]:
     """`scripts/bench/floor_app.py` (the required stack and nothing else) in one uvicorn
     process, started like `service`; yields its URL."""
+    with floor_process(stub, log_dir) as (url, _pid):
+        yield url
+
+
+@contextmanager
+def floor_process(stub: str, log_dir: Path) -> Iterator[tuple[str, int]]:
+    """`floor_service`, yielding (its URL, its pid)."""
     env = {**os.environ, "LLM_BASE_URL": stub, "LLM_API_KEY": "unused"}
     app = "scripts.bench.floor_app:app"
-    with uvicorn(app, env, log_dir / "floor.log", ROOT, "--log-level", "warning") as (url, _pid):
-        yield url
+    with uvicorn(app, env, log_dir / "floor.log", ROOT, "--log-level", "warning") as served:
+        yield served
 
 
 @contextmanager

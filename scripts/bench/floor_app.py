@@ -7,7 +7,7 @@ each text piece sent as a `delta` event, then `done`. No authentication, databas
 prompt, transcript, logging or telemetry: whatever the service adds on top of this floor is
 what its own work costs; the floor's own added time is what the stack costs.
 
-    uvicorn scripts.bench.floor_app:app   (LLM_BASE_URL=http://127.0.0.1:8081/v1)
+    uvicorn scripts.bench.floor_app:app   (LLM_BASE_URL=http://127.0.0.1:8081/v1 [FLOOR_AIOHTTP=1])
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, DefaultAioHttpClient
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse
 
@@ -26,6 +26,8 @@ client = AsyncOpenAI(
     base_url=os.environ.get("LLM_BASE_URL", "http://127.0.0.1:8081/v1"),
     api_key=os.environ.get("LLM_API_KEY", "unused"),
     max_retries=0,
+    # FLOOR_AIOHTTP=1: the SDK's aiohttp client (as the service uses) instead of its default.
+    http_client=DefaultAioHttpClient() if os.environ.get("FLOOR_AIOHTTP") == "1" else None,
 )
 MODEL = os.environ.get("LLM_MODEL", "offline")
 

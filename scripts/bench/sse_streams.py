@@ -8,10 +8,12 @@ server's resident memory (VmRSS in /proc/<pid>/status).
 
 With `--stub` the model is the offline model served standalone (`scripts/offline_model.py`,
 same pause) at LLM_BASE_URL, so every stream also holds a real connection to a configured
-endpoint through the SDK's HTTP client (the stub's own memory is not counted).
+endpoint through the SDK's HTTP client (the stub's own memory is not counted). With `--floor`
+the process measured is `scripts/bench/floor_app.py` instead (the required stack relaying the
+same stub, nothing else): what an idle stream costs the stack itself.
 
     .venv/bin/python scripts/bench/sse_streams.py [--steps 500,1000,2000,3000,4000,5000]
-        [--root /path/to/another/checkout] [--stub] [--out NAME]
+        [--root /path/to/another/checkout] [--stub | --floor] [--out NAME]
 """
 
 from __future__ import annotations
@@ -29,13 +31,20 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from scripts.bench._common import write_results  # noqa: E402
-from scripts.bench._processes import ROOT, dev_token, offline_model, service  # noqa: E402
+from scripts.bench._processes import (  # noqa: E402
+    ROOT,
+    dev_token,
+    floor_process,
+    offline_model,
+    service,
+)
 from tests.support.databases import migrated_engine, postgres_database  # noqa: E402
 from tests.support.sse import aiter_events  # noqa: E402
 
 MESSAGE = "tell me a long story"  # the offline model's long answer
 OPEN_AT_ONCE = 50  # streams being opened concurrently while ramping up
 SETTLE_SECONDS = 3.0
+PROBE_SECONDS = 30.0
 
 
 def rss_kib(pid: int) -> int:
@@ -132,23 +141,31 @@ async def ramp(url: str, pid: int, steps: list[int]) -> dict[str, object]:
             print(row, flush=True)
             if streams.failed:
                 break
-        # A turn still answers promptly while the streams are open.
+        # A turn still answers promptly while the streams are open (bounded: the floor's SDK
+        # client holds at most 1,000 connections, so its next turn waits for one to close).
         probe_started = time.perf_counter()
-        async with client.stream(
-            "POST",
-            f"{url}/v1/chat",
-            json={"message": "hello"},
-            headers={"Authorization": f"Bearer {streams.tokens[0]}"},
-        ) as response:
-            async for event in aiter_events(response):
-                if event.event == "delta":
-                    break
-        probe_ms = (time.perf_counter() - probe_started) * 1000
+
+        async def probe() -> float:
+            async with client.stream(
+                "POST",
+                f"{url}/v1/chat",
+                json={"message": "hello"},
+                headers={"Authorization": f"Bearer {streams.tokens[0]}"},
+            ) as response:
+                async for event in aiter_events(response):
+                    if event.event == "delta":
+                        break
+            return round((time.perf_counter() - probe_started) * 1000, 1)
+
+        try:
+            probe_ms: float | None = await asyncio.wait_for(probe(), PROBE_SECONDS)
+        except TimeoutError:
+            probe_ms = None
         await streams.close()
     return {
         "baseline_rss_mib": round(baseline / 1024, 1),
         "steps": rows,
-        "first_text_ms_with_all_streams_open": round(probe_ms, 1),
+        "first_text_ms_with_all_streams_open": probe_ms,
     }
 
 
@@ -163,6 +180,11 @@ def main() -> None:
         action="store_true",
         help="the model served standalone over HTTP (a configured endpoint), not in process",
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="measure scripts/bench/floor_app.py (the required stack alone) relaying the stub",
+    )
     parser.add_argument("--out", default="sse_streams", help="results name")
     args = parser.parse_args()
     steps = [int(step) for step in args.steps.split(",")]
@@ -173,22 +195,26 @@ def main() -> None:
     ):
         migrated_engine(database_url).dispose()
         model: dict[str, str] = {}
-        if args.stub:
+        if args.stub or args.floor:
             model["LLM_BASE_URL"] = stack.enter_context(offline_model(Path(logs), delay_ms=5000))
             model["LLM_API_KEY"] = "unused"
-        with service(
-            database_url,
-            Path(logs),
-            root=args.root,
-            OFFLINE_MODEL_DELAY_MS="5000",
-            TURN_TIMEOUT_SECONDS="3600",
-            LOG_LEVEL="WARNING",
-            # Each of the 50 users holds many streams: the per-user limits (4 streams, 30 turns
-            # a minute by default) would refuse most of them.
-            USER_MAX_STREAMS="0",
-            USER_TURNS_PER_MINUTE="0",
-            **model,
-        ) as (url, pid):
+        if args.floor:
+            served = floor_process(model["LLM_BASE_URL"], Path(logs))
+        else:
+            served = service(
+                database_url,
+                Path(logs),
+                root=args.root,
+                OFFLINE_MODEL_DELAY_MS="5000",
+                TURN_TIMEOUT_SECONDS="3600",
+                LOG_LEVEL="WARNING",
+                # Each of the 50 users holds many streams: the per-user limits (4 streams, 30
+                # turns a minute by default) would refuse most of them.
+                USER_MAX_STREAMS="0",
+                USER_TURNS_PER_MINUTE="0",
+                **model,
+            )
+        with served as (url, pid):
             figures = asyncio.run(ramp(url, pid, steps))
     figures["setup"] = (
         "one uvicorn worker on PostgreSQL, memory on; each stream a live turn "
@@ -196,6 +222,12 @@ def main() -> None:
         + (", served standalone over HTTP (a configured endpoint)" if args.stub else "")
         + "; client on the same machine"
     )
+    if args.floor:
+        figures["setup"] = (
+            "scripts/bench/floor_app.py in one uvicorn worker (no database, memory or "
+            "authentication) relaying the offline model served standalone, a word every 5 s; "
+            "client on the same machine"
+        )
     figures["tree"] = str(args.root)
     path = write_results(args.out, figures)
     print(f"results written to {path}")
