@@ -7,7 +7,10 @@ backend adds) and the stub model (the model's own share, the floor of the direct
 
 Each process's user + system CPU comes from `/proc/<pid>/stat` before and after the timed
 turns (after a warm-up), divided by the turns. With `--root` the service runs from another
-checkout (the code before a change); run both and compare.
+checkout (the code before a change); run both and compare. With `--floor` the floor app
+(`scripts/bench/floor_app.py`, the required stack alone) is measured too, in `--blocks`
+alternated blocks with the service: the service's CPU over the floor's is what its own work
+costs.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import asyncio
 import os
 import sys
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -27,6 +31,7 @@ from scripts.bench._common import write_results  # noqa: E402
 from scripts.bench._processes import (  # noqa: E402
     ROOT,
     dev_token,
+    floor_process,
     offline_model_process,
     service,
 )
@@ -59,46 +64,63 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--root", type=Path, default=ROOT, help="the code tree to serve")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also scripts/bench/floor_app.py (the required stack alone), in alternated blocks",
+    )
+    parser.add_argument("--blocks", type=int, default=4, help="alternated blocks with --floor")
     parser.add_argument("--out", default=None, help="results file name (default: turn_cpu_<db>)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch:
+    blocks = args.blocks if args.floor else 1
+    per_block = max(1, args.turns // blocks)
+    spent: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as scratch, ExitStack() as stack:
         directory = Path(scratch)
-        with (
-            database(args.database, directory, "cpu") as url,
-            offline_model_process(directory) as (model_url, model),
-            service(
-                url,
-                directory,
-                args.root.resolve(),
-                LLM_BASE_URL=model_url,
-                LOG_LEVEL="INFO",
-                **LIMITS_CHECKED,
-            ) as (service_url, pid),
-        ):
-            asyncio.run(turns(service_url, 50, args.concurrency))  # warm-up
-            before = cpu_seconds(pid), cpu_seconds(model), cpu_seconds(os.getpid())
-            asyncio.run(turns(service_url, args.turns, args.concurrency))
-            after = cpu_seconds(pid), cpu_seconds(model), cpu_seconds(os.getpid())
-    service_ms, model_ms, client_ms = (
-        (end - start) * 1000 / args.turns for start, end in zip(before, after, strict=True)
-    )
-    print(
-        f"{args.turns} turns on {args.database} at concurrency {args.concurrency} "
-        f"({args.root.resolve()}): service {service_ms:.2f} ms CPU per turn, "
-        f"stub model {model_ms:.2f} ms, client {client_ms:.2f} ms"
-    )
-    write_results(
-        args.out or f"turn_cpu_{args.database}",
-        {
-            "database": args.database,
-            "turns": args.turns,
-            "concurrency": args.concurrency,
-            "root": str(args.root.resolve()),
-            "service_cpu_ms_per_turn": round(service_ms, 3),
-            "stub_model_cpu_ms_per_turn": round(model_ms, 3),
-            "client_cpu_ms_per_turn": round(client_ms, 3),
-        },
-    )
+        url = stack.enter_context(database(args.database, directory, "cpu"))
+        model_url, model = stack.enter_context(offline_model_process(directory))
+        targets = {
+            "service": stack.enter_context(
+                service(
+                    url,
+                    directory,
+                    args.root.resolve(),
+                    LLM_BASE_URL=model_url,
+                    LOG_LEVEL="INFO",
+                    **LIMITS_CHECKED,
+                )
+            )
+        }
+        if args.floor:
+            targets["floor"] = stack.enter_context(floor_process(model_url, directory))
+        for target_url, _pid in targets.values():
+            asyncio.run(turns(target_url, 50, args.concurrency))  # warm-up
+        for _ in range(blocks):
+            for name, (target_url, pid) in targets.items():
+                before = cpu_seconds(pid), cpu_seconds(model), cpu_seconds(os.getpid())
+                asyncio.run(turns(target_url, per_block, args.concurrency))
+                after = cpu_seconds(pid), cpu_seconds(model), cpu_seconds(os.getpid())
+                totals = spent.setdefault(name, [0.0, 0.0, 0.0])
+                for index, (start, end) in enumerate(zip(before, after, strict=True)):
+                    totals[index] += end - start
+    figures: dict[str, object] = {
+        "database": args.database,
+        "turns": per_block * blocks,
+        "concurrency": args.concurrency,
+        "root": str(args.root.resolve()),
+    }
+    for name, totals in spent.items():
+        server_ms, model_ms, client_ms = (total * 1000 / (per_block * blocks) for total in totals)
+        print(
+            f"{name}: {per_block * blocks} turns on {args.database} at concurrency "
+            f"{args.concurrency}: {server_ms:.2f} ms CPU per turn, stub model {model_ms:.2f} ms, "
+            f"client {client_ms:.2f} ms"
+        )
+        prefix = "" if name == "service" else f"{name}_"
+        figures[f"{prefix}service_cpu_ms_per_turn"] = round(server_ms, 3)
+        figures[f"{prefix}stub_model_cpu_ms_per_turn"] = round(model_ms, 3)
+        figures[f"{prefix}client_cpu_ms_per_turn"] = round(client_ms, 3)
+    write_results(args.out or f"turn_cpu_{args.database}", figures)
 
 
 if __name__ == "__main__":
