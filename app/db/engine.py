@@ -242,10 +242,32 @@ def _bound_sessions(engine: Engine, limits: DatabaseLimits) -> None:
 def _bound_transactions(engine: Engine, limits: DatabaseLimits) -> None:
     """Behind a transaction pooler: every transaction starts by setting its own bounds.
 
-    psycopg sends its BEGIN as a round trip of its own before the first statement, so this
-    costs one more round trip per transaction (docs/operations-deployment.md has the
-    figures; sending it in one psycopg pipeline with the BEGIN measured slower still)."""
+    psycopg would send its BEGIN as a round trip of its own before the first statement, and the
+    bounds a second. So the driver connection rests in autocommit (psycopg then sends no BEGIN
+    of its own, and its `commit()` and `rollback()` still end a transaction the server has
+    open), and the transaction starts with `BEGIN; <bounds>` in one simple-protocol query: one
+    round trip for both. A transaction at another isolation level (the memory writes) leaves
+    autocommit, as SQLAlchemy sets the level; psycopg sends that BEGIN and the bounds follow
+    it, and the connection returns to autocommit when it is checked in."""
+    from psycopg.pq import TransactionStatus  # the PostgreSQL driver, present on this path
+
     bounds = transaction_bounds(limits)
+    begin_and_bound = f"BEGIN; {bounds}"
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.autocommit = True
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(dbapi_connection: Any, _record: Any) -> None:
+        # After the pool's reset (a rollback) and SQLAlchemy's restoring of the isolation level,
+        # which switches autocommit off; a connection the pool is discarding has none.
+        if (
+            dbapi_connection is not None
+            and not dbapi_connection.closed
+            and dbapi_connection.info.transaction_status == TransactionStatus.IDLE
+        ):
+            dbapi_connection.autocommit = True
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:
@@ -253,7 +275,8 @@ def _bound_transactions(engine: Engine, limits: DatabaseLimits) -> None:
             return  # no transaction to bound (only explicit callers ask for it)
         # Through the connection (not the driver's cursor): a failure here is wrapped, and a
         # disconnect invalidates the pool, as for any statement.
-        connection.exec_driver_sql(bounds)
+        resting = connection.connection.driver_connection.autocommit  # type: ignore[union-attr]
+        connection.exec_driver_sql(begin_and_bound if resting else bounds)
 
 
 def _server_info(dbapi_connection: Any) -> str:

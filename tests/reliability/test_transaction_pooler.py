@@ -8,12 +8,18 @@ transaction (the pooler hands each transaction another server session, so one wo
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
 
 import httpx
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Connection, Engine, func, insert, select, text
+from sqlalchemy.exc import DBAPIError
 
-from app.db.schema import conversation_messages, memory_changes
+from app.db.engine import DatabaseLimits, build_engine
+from app.db.schema import conversation_messages, feature_flags, memory_changes
 from app.main import create_app
 from tests.support.apps import api_settings
 from tests.support.databases import migrated_engine, wipe
@@ -78,3 +84,58 @@ def test_every_turn_commits_through_a_transaction_pooler(pgbouncer_url: str) -> 
     engine.dispose()
     assert changes == USERS * TURNS
     assert messages == 2 * USERS * TURNS
+
+
+def test_every_transaction_through_the_pooler_is_one_and_bounded(pgbouncer_url: str) -> None:
+    """Each transaction starts with its BEGIN and its bounds in one round trip, the driver
+    connection resting in autocommit between transactions. Whatever the kind of transaction
+    (the default level, a memory write's own level, one after such a write on the same pooled
+    connection, one rolled back after a failed statement), its statements share one snapshot
+    of time (one transaction, not autocommit statements), its bounds are the configured ones,
+    and a rollback leaves nothing behind."""
+    limits = DatabaseLimits(pooler="transaction", pool_size=1, pool_max_overflow=0)
+    limits = replace(limits, lock_timeout_seconds=3.0, statement_timeout_seconds=7.0)
+    engine = build_engine(pgbouncer_url, limits)
+    probe = text(
+        "SELECT now(), current_setting('lock_timeout'), current_setting('statement_timeout'), "
+        "current_setting('transaction_isolation')"
+    )
+
+    def inside(connection: Connection) -> tuple[str, str, str]:
+        first = connection.execute(probe).one()
+        time.sleep(0.02)
+        second = connection.execute(probe).one()
+        assert first[0] == second[0], "two statements of one transaction saw two start times"
+        return first[1], first[2], first[3]
+
+    def resting(connection: Connection) -> bool:
+        return bool(connection.connection.driver_connection.autocommit)  # type: ignore[union-attr]
+
+    marker = f"pooled-rollback-{uuid.uuid4().hex}"
+    try:
+        with engine.connect() as connection, connection.begin():
+            assert inside(connection) == ("3s", "7s", "read committed")
+        with engine.connect() as connection:
+            connection = connection.execution_options(isolation_level="SERIALIZABLE")
+            with connection.begin():
+                assert inside(connection) == ("3s", "7s", "serializable")
+        with engine.connect() as connection:
+            assert resting(connection)
+            with connection.begin():
+                assert inside(connection) == ("3s", "7s", "read committed")
+            with pytest.raises(DBAPIError), connection.begin():
+                connection.execute(
+                    insert(feature_flags).values(
+                        name=marker, enabled=True, updated_at=datetime.now(UTC)
+                    )
+                )
+                connection.execute(text("SELECT 1 / 0"))
+            assert resting(connection)
+            with connection.begin():
+                assert inside(connection) == ("3s", "7s", "read committed")
+                found = connection.execute(
+                    select(func.count()).where(feature_flags.c.name == marker)
+                ).scalar_one()
+                assert found == 0
+    finally:
+        engine.dispose()
