@@ -165,6 +165,20 @@ def test_a_round_reads_the_body_as_sent_or_compressed(encoding: str, streamed: b
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """Read one HTTP request with a `Content-Length` body; return its head."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = int(
+        next(
+            line.split(b":", 1)[1]
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+    )
+    await reader.readexactly(length)
+    return head
+
+
 @contextlib.asynccontextmanager
 async def configured_endpoint(serve: Serve, **settings: Any) -> AsyncIterator[ModelClient]:
     """The model client of a configured endpoint (the SDK's own HTTP client), served by `serve`
@@ -215,15 +229,7 @@ def test_a_configured_endpoint_is_read_as_sent_or_compressed(encoding: str) -> N
     body = {"identity": raw, "gzip": gzip.compress(raw), "deflate": zlib.compress(raw)}[encoding]
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = int(
-            next(
-                line.split(b":", 1)[1]
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length:")
-            )
-        )
-        await reader.readexactly(length)
+        await read_request(reader)
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             + f"content-encoding: {encoding}\r\n".encode()
@@ -326,16 +332,7 @@ def test_a_configured_endpoint_learns_nothing_of_the_host() -> None:
     heads: list[bytes] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        heads.append(head)
-        length = int(
-            next(
-                line.split(b":", 1)[1]
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length:")
-            )
-        )
-        await reader.readexactly(length)
+        heads.append(await read_request(reader))
         raw = stream_body(["hi"])
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
