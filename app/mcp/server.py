@@ -36,7 +36,7 @@ from app.errors import AppError
 from app.mcp import tools
 from app.memory.contract import operations_schema
 from app.memory.provenance import clip_client
-from app.memory.rules import LIMITS, MAX_OPERATIONS, TARGETS
+from app.memory.rules import GENERAL_TARGETS, LIMITS, MAX_OPERATIONS, TARGETS, Target
 from app.runtime import Runtime
 from app.telemetry import bind_subject
 
@@ -93,16 +93,10 @@ stored messages, not memory) for words. Use it when the user asks about somethin
 before that memory does not hold. Results are snippets with matched words marked « ». \
 {UNTRUSTED_NOTICE}"""
 
-# Every target: the tool list is the same for every connection; the scope's rules refuse a
-# target outside it (project outside a project, memory in a project not opted into it).
-_OPERATIONS = operations_schema(TARGETS)["properties"]["operations"]
 PROJECT_HEADER = "x-project-id"
 # The connection's project (its header, checked as the subject's), for the tools of this
 # request: set around the SDK's handling of the request, as the SDK's own auth context is.
 _project: ContextVar[str | None] = ContextVar("mcp_project", default=None)
-# The published schema is the chat tool's; the value is checked by the same parser, so that a
-# refusal carries the same code and message as everywhere else.
-Operations = Annotated[Any, WithJsonSchema(_OPERATIONS)]
 
 
 def _result(answer: tools.Answer) -> CallToolResult:
@@ -125,14 +119,24 @@ def _caller(ctx: Context) -> tools.Caller:
     return tools.Caller(token.subject, client, _project.get())
 
 
-def build_server(runtime: Runtime) -> MCPServer:
+def build_server(runtime: Runtime, targets: tuple[Target, ...]) -> MCPServer:
+    """The tools, their `target` enum the scope's: outside projects `user` and `memory`, as the
+    chat tool's; in a project all three (whether `memory` is open there is the project's
+    setting, and the scope's rules refuse it where it is not)."""
     server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version="1")
 
     async def memory_view(ctx: Context) -> CallToolResult:
         return _result(await tools.memory_view(runtime, _caller(ctx)))
 
-    async def memory_update(operations: Operations, ctx: Context) -> CallToolResult:
+    async def memory_update(operations: Any, ctx: Context) -> CallToolResult:
         return _result(await tools.memory_update(runtime, _caller(ctx), operations))
+
+    # The published schema is the chat tool's for the scope's targets; the value is checked by
+    # the same parser, so that a refusal carries the same code and message as everywhere else.
+    # Set as an object: the SDK reads the signature with its string annotations evaluated in
+    # this module, where a name local to this function does not exist.
+    published = operations_schema(targets)["properties"]["operations"]
+    memory_update.__annotations__["operations"] = Annotated[Any, WithJsonSchema(published)]
 
     async def conversation_search(
         query: Annotated[str, Field(max_length=MAX_QUERY_CHARS, description="Words to look for.")],
@@ -169,12 +173,18 @@ def session_manager(server: MCPServer) -> StreamableHTTPSessionManager:
 
 class McpEndpoint:
     """The ASGI app at `/mcp`: the API's bearer check (401 with `WWW-Authenticate: Bearer` and
-    the API's JSON error otherwise), then the SDK's transport with the verified identity."""
+    the API's JSON error otherwise), then the SDK's transport with the verified identity: the
+    server of the request's scope (outside projects, or in the project its header names)."""
 
-    def __init__(self, runtime: Runtime, manager: StreamableHTTPSessionManager) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        general: StreamableHTTPSessionManager,
+        in_project: StreamableHTTPSessionManager,
+    ) -> None:
         self.runtime = runtime
-        self.manager = manager
-        self._inner = AuthContextMiddleware(manager.handle_request)
+        self._general = AuthContextMiddleware(general.handle_request)
+        self._in_project = AuthContextMiddleware(in_project.handle_request)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -198,8 +208,9 @@ class McpEndpoint:
             AccessToken(token=token, client_id=TOKEN_CLIENT_ID, scopes=[], subject=identity.subject)
         )
         reset = _project.set(project_id)
+        inner = self._general if project_id is None else self._in_project
         try:
-            await self._inner(scope, receive, send)
+            await inner(scope, receive, send)
         finally:
             _project.reset(reset)
 
@@ -207,9 +218,10 @@ class McpEndpoint:
 @asynccontextmanager
 async def mcp_endpoint(runtime: Runtime) -> AsyncIterator[McpEndpoint]:
     """The endpoint, with the SDK's session manager running for as long as it is used."""
-    manager = session_manager(build_server(runtime))
-    async with manager.run():
-        yield McpEndpoint(runtime, manager)
+    general = session_manager(build_server(runtime, GENERAL_TARGETS))
+    in_project = session_manager(build_server(runtime, TARGETS))
+    async with general.run(), in_project.run():
+        yield McpEndpoint(runtime, general, in_project)
 
 
 class McpRoute:

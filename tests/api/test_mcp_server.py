@@ -24,7 +24,7 @@ from mcp_types import CallToolResult, Implementation
 from sqlalchemy import Engine
 
 from app.memory.contract import operations_schema
-from app.memory.rules import TARGETS
+from app.memory.rules import GENERAL_TARGETS
 from tests.support.apps import api_settings, oidc_settings, served
 from tests.support.tokens import JwksServer, SigningKey, bearer, dev_auth, oidc_claims
 
@@ -81,15 +81,16 @@ async def entries(base: str, user: str) -> dict[str, list[str]]:
 
 
 async def test_tools_are_listed_with_the_chat_tools_schema_and_rules(base: str) -> None:
-    """Three tools; memory_update's `operations` is exactly the chat tool's, and its
-    description carries the system prompt's rules (what to save, what never to save)."""
+    """Three tools; memory_update's `operations` is exactly the chat tool's outside projects
+    (targets `user` and `memory`), and its description carries the system prompt's rules
+    (what to save, what never to save)."""
     async with connect(base, "alice") as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
     assert set(tools) == {"memory_view", "memory_update", "conversation_search"}
     update = tools["memory_update"]
     published = update.input_schema["properties"]["operations"]
     assert {k: v for k, v in published.items() if k != "title"} == (
-        operations_schema(TARGETS)["properties"]["operations"]
+        operations_schema(GENERAL_TARGETS)["properties"]["operations"]
     )
     assert update.input_schema["required"] == ["operations"]
     description = update.description or ""

@@ -25,7 +25,7 @@ from mcp_types import CallToolResult, Implementation
 from sqlalchemy import Engine
 
 from app.memory.projects import Scope
-from app.memory.rules import Operation
+from app.memory.rules import GENERAL_TARGETS, TARGETS, Operation
 from app.memory.service import MemoryService
 from tests.support.apps import api_settings
 from tests.support.openai_sdk import MODEL, sdk, user_says
@@ -166,6 +166,20 @@ async def test_mcp_is_scoped_by_its_project_header(engine: Engine, base: str) ->
     assert service.read_scoped("alice", Scope(a)).project == (SECRET_A, "A uses Rust.")
     assert service.read_scoped("alice", Scope(b)).project == (SECRET_B,)
     assert service.read("alice").memory == (GENERAL_NOTE,)
+
+
+async def test_mcp_publishes_the_targets_of_its_scope(engine: Engine, base: str) -> None:
+    """memory_update's `target` enum is the scope's: `user` and `memory` outside projects (the
+    chat tool's), all three in a project (whether `memory` is open there is the project's
+    setting, which the scope's rules enforce, as above)."""
+    a, _b = plant(engine)
+    enums = []
+    for project in (None, a):
+        async with connect(base, "alice", project) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        operations = tools["memory_update"].input_schema["properties"]["operations"]
+        enums.append(operations["items"]["properties"]["target"]["enum"])
+    assert enums == [list(GENERAL_TARGETS), list(TARGETS)]
 
 
 async def test_mcp_refuses_another_persons_project(engine: Engine, base: str) -> None:
