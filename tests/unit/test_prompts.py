@@ -7,9 +7,10 @@ from pathlib import Path
 
 import jinja2
 import pytest
+from openai import AsyncOpenAI
 
 from app.agent.agents import Agent
-from app.agent.llm import ModelClient
+from app.agent.llm import IN_PROCESS_BASE_URL, ModelClient
 from app.agent.prompts import MemoryView, PromptLibrary
 from app.agent.tools import MEMORY_TOOL
 from app.memory.markers import RESERVED_TAG_NAME
@@ -67,7 +68,7 @@ def test_a_turn_gets_a_copy_and_the_shared_agent_never_changes() -> None:
     """for_turn builds a request-local agent; the shared instance keeps no user's prompt."""
     shared = Agent(
         name="chat",
-        model=ModelClient(client=None, primary="m"),  # type: ignore[arg-type]
+        model=ModelClient(AsyncOpenAI(base_url=IN_PROCESS_BASE_URL, api_key="k"), primary="m"),
         prompts=PromptLibrary(),
         prompt_version="v1",
         registered_tools=(MEMORY_TOOL,),
