@@ -110,16 +110,9 @@ def service(
 
 
 @contextmanager
-def floor_service(stub: str, log_dir: Path) -> Iterator[str]:
-    """`scripts/bench/floor_app.py` (the required stack and nothing else) in one uvicorn
-    process, started like `service`; yields its URL."""
-    with floor_process(stub, log_dir) as (url, _pid):
-        yield url
-
-
-@contextmanager
 def floor_process(stub: str, log_dir: Path) -> Iterator[tuple[str, int]]:
-    """`floor_service`, yielding (its URL, its pid)."""
+    """`scripts/bench/floor_app.py` (the required stack and nothing else) in one uvicorn
+    process, started like `service`; yields (its URL, its pid)."""
     env = {**os.environ, "LLM_BASE_URL": stub, "LLM_API_KEY": "unused"}
     app = "scripts.bench.floor_app:app"
     with uvicorn(app, env, log_dir / "floor.log", ROOT, "--log-level", "warning") as served:

@@ -216,17 +216,18 @@ def main() -> None:
             )
         with served as (url, pid):
             figures = asyncio.run(ramp(url, pid, steps))
-    figures["setup"] = (
-        "one uvicorn worker on PostgreSQL, memory on; each stream a live turn "
-        "of the offline model sending a word every 5 s"
-        + (", served standalone over HTTP (a configured endpoint)" if args.stub else "")
-        + "; client on the same machine"
-    )
     if args.floor:
         figures["setup"] = (
             "scripts/bench/floor_app.py in one uvicorn worker (no database, memory or "
             "authentication) relaying the offline model served standalone, a word every 5 s; "
             "client on the same machine"
+        )
+    else:
+        figures["setup"] = (
+            "one uvicorn worker on PostgreSQL, memory on; each stream a live turn "
+            "of the offline model sending a word every 5 s"
+            + (", served standalone over HTTP (a configured endpoint)" if args.stub else "")
+            + "; client on the same machine"
         )
     figures["tree"] = str(args.root)
     path = write_results(args.out, figures)

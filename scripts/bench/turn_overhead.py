@@ -46,7 +46,7 @@ from scripts.bench._common import summary, write_results  # noqa: E402
 from scripts.bench._processes import (  # noqa: E402
     ROOT,
     dev_token,
-    floor_service,
+    floor_process,
     io_floor_service,
     offline_model,
     service,
@@ -359,7 +359,7 @@ def main() -> None:
                     )
                 )
         if args.floor:
-            urls["floor"] = stack.enter_context(floor_service(stub, Path(logs)))
+            urls["floor"], _pid = stack.enter_context(floor_process(stub, Path(logs)))
         if args.io_floor:
             url = stack.enter_context(database(args.database, Path(logs), "io_floor"))
             urls["io_floor"] = stack.enter_context(io_floor_service(stub, url, Path(logs)))
