@@ -10,6 +10,7 @@ from app.conversations.service import ConversationService
 from app.memory.control import MemoryControl
 from app.memory.flags import FlagStore
 from app.memory.service import MemoryService
+from app.operators.limits import Admission, LimitStore
 from app.operators.usage import UsageStore
 from app.settings import Settings
 
@@ -44,6 +45,9 @@ class TurnRequest:
     # caller's project it starts in, checked as theirs by the route. None: outside projects.
     project_id: str | None = None
     project_name: str | None = None
+    # The admission the route took the turn's stream slot with: the transaction of the turn's
+    # answer row frees the slot (`LimitStore.release_with`). None: no slot to free.
+    admission: Admission | None = None
 
 
 @dataclass(frozen=True)
@@ -62,3 +66,5 @@ class TurnServices:
     # its edits are saved or held for approval (None: not read, the mode is unknown).
     control: MemoryControl | None = None
     usage: UsageStore | None = None
+    # Frees the turn's stream slot with its answer row (None: the route frees it on its own).
+    limits: LimitStore | None = None

@@ -26,6 +26,7 @@ from app.agent.request import TurnRequest, TurnServices
 from app.agent.rounds import Progress, run_rounds
 from app.concurrency import CancelFlag, finish_even_if_cancelled
 from app.conversations.repository import MessageStatus
+from app.operators.limits import SlotRelease
 from app.operators.usage import TurnUsage
 from app.telemetry import capture_content, start_span, turn_context, turn_finished
 
@@ -164,20 +165,34 @@ class Turn:
         conversations, ctx = self.services.conversations, self.context
         if ctx is None:
             return True
-        spent = self._spent(progress)
+        spent, release = self._spent(progress), self._slot_release()
         if (
             ctx.conversation_id is not None
             and conversations is not None
             and self.request.store_transcript
         ):
             return await conversations.append(
-                ctx.conversation_id, ctx.turn_id, "assistant", progress.answer, status, usage=spent
+                ctx.conversation_id,
+                ctx.turn_id,
+                "assistant",
+                progress.answer,
+                status,
+                usage=spent,
+                release=release,
             )
         if spent is not None and self.services.usage is not None:
             # No transcript on this route (or the start could not store one: `start` said so):
             # usage on its own.
-            await self.services.usage.record(spent)
+            await self.services.usage.record(spent, release)
         return True
+
+    def _slot_release(self) -> SlotRelease | None:
+        """The turn's stream slot, freed by the transaction that ends the turn; if that one
+        does not commit, the route frees the slot when the response ends."""
+        admission, limits = self.request.admission, self.services.limits
+        if admission is None or limits is None:
+            return None
+        return limits.release_with(admission)
 
     def _spent(self, progress: Progress) -> TurnUsage | None:
         """The user's tokens for this turn, when the model reported them."""

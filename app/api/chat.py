@@ -222,6 +222,7 @@ async def chat(
             replaces=wanted.replaces,
             project_id=project_id,
             project_name=project_name,
+            admission=admission,
         ),
         TurnServices(
             settings=runtime.settings,
@@ -231,6 +232,7 @@ async def chat(
             search=runtime.conversations,
             control=runtime.control,
             usage=runtime.usage,
+            limits=runtime.limits,  # the stream slot goes with the answer row
         ),
     )
     return releasing(respond(turn, wanted.ai_sdk), runtime, admission)

@@ -1,6 +1,7 @@
 """Limits at the routes: admit a turn before its stream opens (a refusal is a plain 429 with
 Retry-After, since nothing has been sent yet), and free its stream slot when the response has
-ended, however it ended."""
+ended, however it ended, unless the turn's last row already freed it in its own transaction
+(`LimitStore.release_with`)."""
 
 from __future__ import annotations
 

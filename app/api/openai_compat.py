@@ -186,6 +186,7 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
             # The project the header or the model id names (checked as the caller's above).
             project_id=project.id if project is not None else None,
             project_name=project.name if project is not None else None,
+            admission=admission,
         ),
         # No conversation service: nothing on this route is stored as a transcript; the search
         # tool still reads the caller's transcripts that /v1/chat stored.
@@ -196,6 +197,7 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
             search=runtime.conversations,  # the same turn: it may search stored transcripts
             control=runtime.control,  # the save mode: the model says "saved" only when it is
             usage=runtime.usage,  # no transcript row here: the turn's usage is stored alone
+            limits=runtime.limits,  # the stream slot goes with that usage row
         ),
     )
     completion = Completion(

@@ -23,7 +23,9 @@ from sqlalchemy import (
 
 from app.conversations.search import drop_deleted_terms
 from app.db.schema import conversation_messages, conversations, projects
+from app.operators import limits as limit_rows
 from app.operators import usage as usage_rows
+from app.operators.limits import SlotRelease
 from app.operators.usage import TurnUsage
 
 Role = Literal["user", "assistant"]
@@ -276,13 +278,16 @@ _MESSAGE = insert(conversation_messages).values(
 
 
 @cache
-def _postgres_append(with_usage: bool) -> Executable:
+def _postgres_append(with_usage: bool, with_release: bool) -> Executable:
     touched = (
         update(conversations).where(conversations.c.id == _MESSAGE_ID).values(updated_at=_STAMP)
     )
+    parts = [_MESSAGE.cte("added")]
+    if with_release:
+        parts.append(limit_rows.RELEASE.cte("released"))
     if not with_usage:
-        return touched.add_cte(_MESSAGE.cte("added"))
-    return usage_rows.postgres_record().add_cte(_MESSAGE.cte("added"), touched.cte("touched"))
+        return touched.add_cte(*parts)
+    return usage_rows.postgres_record().add_cte(*parts, touched.cte("touched"))
 
 
 def append_message(
@@ -293,13 +298,17 @@ def append_message(
     content: str,
     status: MessageStatus,
     spent: TurnUsage | None = None,
+    release: SlotRelease | None = None,
 ) -> None:
-    """One message at the end of the conversation, which it touches (`updated_at`), and the
-    turn's token usage when `spent` is given."""
+    """One message at the end of the conversation, which it touches (`updated_at`), the
+    turn's token usage when `spent` is given, and the release of the turn's stream slot when
+    `release` is."""
     if connection.dialect.name != "postgresql":
         add_message(connection, conversation_id, turn_id, role, content, status)
         if spent is not None:
             usage_rows.record(connection, spent)
+        if release is not None:
+            release.run(connection)
         return
     values: dict[str, Any] = {
         "conversation_id": conversation_id,
@@ -311,7 +320,9 @@ def append_message(
     }
     if spent is not None:
         values.update(usage_rows.record_values(spent))
-    connection.execute(_postgres_append(spent is not None), values)
+    if release is not None:
+        values.update(release.values)
+    connection.execute(_postgres_append(spent is not None, release is not None), values)
 
 
 _IN_CONVERSATION = conversation_messages.c.conversation_id == bindparam(

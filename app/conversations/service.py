@@ -20,6 +20,7 @@ from app.conversations.repository import Conversation, MessageStatus, Role, Stor
 from app.conversations.search_text import query_words, snippet
 from app.conversations.titles import title_from_message
 from app.db.engine import SQLITE_IMMEDIATE, one_statement_read
+from app.operators.limits import SlotRelease
 from app.operators.usage import TurnUsage
 from app.telemetry.sensitive import register_search
 
@@ -333,6 +334,7 @@ class ConversationService:
         status: MessageStatus,
         replaces: str | None,
         spent: TurnUsage | None,
+        release: SlotRelease | None,
         retried: bool = False,
     ) -> None:
         with self._transcript_write() as connection:
@@ -345,7 +347,7 @@ class ConversationService:
                 if first_row is not None:
                     repository.supersede_from(connection, conversation_id, first_row, turn_id)
             repository.append_message(
-                connection, conversation_id, turn_id, role, content, status, spent
+                connection, conversation_id, turn_id, role, content, status, spent, release
             )
 
     async def append(
@@ -358,14 +360,15 @@ class ConversationService:
         *,
         replaces: str | None = None,
         usage: TurnUsage | None = None,
+        release: SlotRelease | None = None,
     ) -> bool:
-        """Store one message (and the turn's token usage, in the same transaction); a failure
-        is logged (without content) and the turn goes on. `replaces`: the turn this one
-        replaces (regenerate, edit-and-resend); it and every later turn leave the current
-        transcript, kept as replaced versions."""
+        """Store one message (and the turn's token usage and the release of its stream slot,
+        in the same transaction); a failure is logged (without content) and the turn goes on.
+        `replaces`: the turn this one replaces (regenerate, edit-and-resend); it and every
+        later turn leave the current transcript, kept as replaced versions."""
         if conversation_id is None:
             return False
-        arguments = (conversation_id, turn_id, role, content, status, replaces, usage)
+        arguments = (conversation_id, turn_id, role, content, status, replaces, usage, release)
         try:
             try:
                 await to_thread(self._append, *arguments)
@@ -385,4 +388,6 @@ class ConversationService:
                 error_type=type(error).__name__,
             )
             return False
+        if release is not None:
+            release.committed()
         return True

@@ -7,7 +7,8 @@ user take turns, so the stream count read next cannot be stale. It then checks t
 against the budget and takes a stream slot: a lease row that expires on its own after the
 longest a turn can stream, so a crashed worker's slots free themselves. Anything over a limit
 rolls the whole transaction back (a refused request uses none of the caller's allowance) and
-answers 429 with Retry-After. Releasing the slot is one DELETE when the stream ends (in
+answers 429 with Retry-After. Releasing the slot is one DELETE: in the transaction of the
+turn's answer row, which ends the stream anyway, or else on its own when the stream ends (in
 autocommit on PostgreSQL: a statement that commits itself).
 
 A database that does not answer within the bound lets the request through (logged, counted):
@@ -20,7 +21,7 @@ import asyncio
 import hashlib
 import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -112,6 +113,23 @@ class Admission:
     released: bool = False
 
 
+@dataclass(frozen=True)
+class SlotRelease:
+    """A stream slot's release carried by another transaction (`run` in it); once that
+    transaction has committed, `committed()` marks the admission released."""
+
+    admission: Admission
+    values: Mapping[str, object]
+
+    def run(self, connection: Connection) -> None:
+        """Free the slot in the caller's transaction: it goes when that transaction commits,
+        and stays (for the route's own release) when it rolls back."""
+        connection.execute(RELEASE, self.values)
+
+    def committed(self) -> None:
+        self.admission.released = True
+
+
 def _naive(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(tzinfo=None)
 
@@ -151,6 +169,14 @@ class LimitStore:
             log.warning("limits.check_failed", caller=caller.kind, error_type=type(error).__name__)
             metrics.limit_check_failed()
             return Admission(caller)
+
+    def release_with(self, admission: Admission) -> SlotRelease | None:
+        """The admission's slot release as a statement for a transaction of the caller's (the
+        turn's answer row): its commit frees the slot, one worker-thread hop, checkout and
+        commit fewer than `release`, which then has nothing left to do. None: no slot to free."""
+        if admission.lease_id is None or admission.released:
+            return None
+        return SlotRelease(admission, self._release_values(admission))
 
     async def release(self, admission: Admission) -> None:
         """Free the admission's stream slot (once; even while the caller is being cancelled)."""
@@ -225,18 +251,17 @@ class LimitStore:
         )
 
     def _release(self, admission: Admission) -> None:
-        caller = admission.caller
         with self.engine.connect() as connection:
             one_statement_write(connection)
-            connection.execute(
-                _RELEASE,
-                {
-                    **_caller_values(caller),
-                    "lease": admission.lease_id,
-                    "now_stamp": _naive(self.clock()),
-                },
-            )
+            connection.execute(RELEASE, self._release_values(admission))
             connection.commit()
+
+    def _release_values(self, admission: Admission) -> dict[str, object]:
+        return {
+            **_caller_values(admission.caller),
+            "lease": admission.lease_id,
+            "now_stamp": _naive(self.clock()),
+        }
 
     def open_slots(self, caller: Caller) -> int:
         """Unexpired stream slots of one caller (for tests and operators)."""
@@ -288,8 +313,10 @@ _FIRST_COUNT = insert(limit_counters).values(
 )
 
 
-# A slot's release; the caller's expired leases (a crashed worker's) go with it.
-_RELEASE = delete(stream_slots).where(
+# A slot's release; the caller's expired leases (a crashed worker's) go with it. Its values
+# bind the names `caller_kind`, `caller_key`, `lease` and `now_stamp` (PostgreSQL carries it in
+# the answer row's statement, app/conversations/repository.py).
+RELEASE = delete(stream_slots).where(
     or_(
         stream_slots.c.lease_id == bindparam("lease", type_=stream_slots.c.lease_id.type),
         and_(

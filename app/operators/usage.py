@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from sqlalchemy import Connection, Engine, Insert, delete, func, select
@@ -18,6 +18,9 @@ from sqlalchemy import Connection, Engine, Insert, delete, func, select
 from app.concurrency import to_thread
 from app.db.schema import usage_daily
 from app.db.upsert import add_to_row, upsert
+
+if TYPE_CHECKING:  # app.operators.limits imports this module
+    from app.operators.limits import SlotRelease
 
 log = structlog.get_logger(__name__)
 
@@ -170,14 +173,19 @@ class UsageStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def _record(self, spent: TurnUsage) -> None:
+    def _record(self, spent: TurnUsage, release: SlotRelease | None) -> None:
         with self.engine.begin() as connection:
             record(connection, spent)
+            if release is not None:
+                release.run(connection)
 
-    async def record(self, spent: TurnUsage) -> bool:
+    async def record(self, spent: TurnUsage, release: SlotRelease | None = None) -> bool:
+        """Record `spent` (and free the turn's stream slot with it, when `release` is given)."""
         try:
-            await to_thread(self._record, spent)
+            await to_thread(self._record, spent, release)
         except Exception as error:
             log.warning("usage.record_failed", error_type=type(error).__name__)
             return False
+        if release is not None:
+            release.committed()
         return True

@@ -14,11 +14,12 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
+from app.conversations import repository
 from app.main import create_app
 from app.operators import usage
-from app.operators.limits import Caller, LimitStore
+from app.operators.limits import Admission, Caller, LimitStore
 from tests.support.apps import api_settings
 from tests.support.gates import Gates
 from tests.support.scripted import HeldText, ScriptedModel, Text
@@ -146,6 +147,80 @@ def test_a_cut_stream_frees_its_slot(db_url: str, protocol: str) -> None:
         next_turn = client.post(path, json=body, headers=dev_auth(user))
         assert next_turn.status_code == 200
     model.assert_done()
+
+
+def counting_releases(store: LimitStore, monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The slots the store frees in a transaction of their own (`release`, after a response),
+    as a list that grows with each one."""
+    freed: list[str | None] = []
+    own_release = store._release
+
+    def release(admission: Admission) -> None:
+        freed.append(admission.lease_id)
+        own_release(admission)
+
+    monkeypatch.setattr(store, "_release", release)
+    return freed
+
+
+@pytest.mark.parametrize("protocol", ["sse", "openai"])
+def test_a_turn_frees_its_slot_in_the_transaction_that_ends_it(
+    db_url: str, protocol: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One stream allowed, two turns one after the other: each frees its slot in the
+    transaction of its last row (the answer on /v1/chat, the usage on the OpenAI route), so
+    the slot is already free when the response has been read, and the route has no release of
+    its own left to run: no slot is freed on its own."""
+    model = ScriptedModel([Text("Fine."), Text("Again.")])
+    user = f"last-row-{uuid.uuid4().hex[:8]}"
+    path, body = _route(protocol)
+    with replicas(db_url, [model], user_max_streams=1) as [(url, store)]:
+        freed = counting_releases(store, monkeypatch)
+        for _ in range(2):
+            response = httpx.post(f"{url}{path}", json=body, headers=dev_auth(user), timeout=30)
+            assert response.status_code == 200, response.text
+            assert store.open_slots(Caller.user(user)) == 0
+        assert freed == []
+    model.assert_done()
+
+
+def test_a_last_row_that_does_not_commit_leaves_the_slot_to_the_route(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer row's transaction frees the slot and then fails: both roll back, the slot
+    stays taken until the response ends, and the route frees it on its own. The turn says
+    that its transcript failed; the user's next turn is served."""
+    model = ScriptedModel([Text("Fine."), Text("Again.")])
+    user = f"rolled-back-{uuid.uuid4().hex[:8]}"
+    store_row = repository.append_message
+
+    def failing_answer(connection: Connection, *arguments: Any) -> None:
+        store_row(connection, *arguments)
+        if arguments[2] == "assistant":
+            raise RuntimeError("scripted: the answer row's transaction fails")
+
+    monkeypatch.setattr(repository, "append_message", failing_answer)
+    with replicas(db_url, [model], user_max_streams=1) as [(url, store)]:
+        freed = counting_releases(store, monkeypatch)
+        for turns in (1, 2):
+            response = httpx.post(
+                f"{url}/v1/chat", json={"message": "hi"}, headers=dev_auth(user), timeout=30
+            )
+            assert response.status_code == 200, response.text
+            assert '"transcript_unavailable"' in response.text
+            wait_for(lambda n=turns: len(freed) == n, "the route freeing the slot on its own")
+            wait_for(lambda: store.open_slots(Caller.user(user)) == 0, "the slot freed")
+    model.assert_done()
+
+
+def _route(protocol: str) -> tuple[str, dict[str, Any]]:
+    if protocol == "openai":
+        return "/openai/v1/chat/completions", {
+            "model": "offline-memory-1",
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    return "/v1/chat", {"message": "hi"}
 
 
 def test_turns_per_minute_are_shared_by_replicas_and_renew_with_the_minute(db_url: str) -> None:

@@ -7,6 +7,7 @@ from sqlalchemy import Engine
 
 from app.conversations.repository import MessageStatus, Role
 from app.conversations.service import ConversationService
+from app.operators.limits import SlotRelease
 from app.operators.usage import TurnUsage
 from tests.support.gates import Gates
 
@@ -28,8 +29,19 @@ class HeldTranscript(ConversationService):
         content: str,
         status: MessageStatus = "complete",
         *,
+        replaces: str | None = None,
         usage: TurnUsage | None = None,
+        release: SlotRelease | None = None,
     ) -> bool:
         if role == "assistant":
             await self.gates.wait(GATE)
-        return await super().append(conversation_id, turn_id, role, content, status, usage=usage)
+        return await super().append(
+            conversation_id,
+            turn_id,
+            role,
+            content,
+            status,
+            replaces=replaces,
+            usage=usage,
+            release=release,
+        )
