@@ -122,9 +122,9 @@ def floor_process(stub: str, log_dir: Path) -> Iterator[tuple[str, int]]:
 @contextmanager
 def io_floor_service(
     stub: str, database_url: str, log_dir: Path, name: str = "io_floor", pooler: str = ""
-) -> Iterator[str]:
+) -> Iterator[tuple[str, int]]:
     """`scripts/bench/io_floor_app.py` (the floor plus a turn's required database work) on
-    `database_url`, started like `service`; yields its URL."""
+    `database_url`, started like `service`; yields (its URL, its pid)."""
     env = {
         **os.environ,
         "LLM_BASE_URL": stub,
@@ -134,8 +134,8 @@ def io_floor_service(
     }
     app = "scripts.bench.io_floor_app:app"
     log = log_dir / f"{name}.log"
-    with uvicorn(app, env, log, ROOT, "--log-level", "warning") as (url, _pid):
-        yield url
+    with uvicorn(app, env, log, ROOT, "--log-level", "warning") as served:
+        yield served
 
 
 @contextmanager

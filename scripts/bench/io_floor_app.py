@@ -8,8 +8,8 @@ What a turn must do on its database, whatever the code around it:
 2. read the caller's memory (one statement);
 3. store the user's message durably before the model is asked (the conversation and the
    message, one committed transaction);
-4. store the answer durably before `done` (one committed transaction);
-5. release the stream slot after the response (one statement).
+4. store the answer durably before `done`, and release the stream slot with it (one committed
+   transaction: the turn is over).
 
 Here each is the smallest form of itself on the service's own database and its durability
 settings (PostgreSQL: synchronous commit, a pool of native async connections; SQLite: WAL,
@@ -37,7 +37,6 @@ from typing import Any
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse
-from starlette.background import BackgroundTask
 
 from scripts.bench.floor_app import deltas
 
@@ -64,7 +63,7 @@ COUNT = (
 
 
 class Store:
-    """The five steps, each one round trip per statement plus its transaction's."""
+    """The four steps, each one round trip per statement plus its transaction's."""
 
     async def admit(self, user: str, slot: str) -> None:
         raise NotImplementedError
@@ -75,10 +74,7 @@ class Store:
     async def store_question(self, user: str, conversation: str, text: str) -> None:
         raise NotImplementedError
 
-    async def store_answer(self, conversation: str, text: str) -> None:
-        raise NotImplementedError
-
-    async def release(self, slot: str) -> None:
+    async def store_answer(self, conversation: str, text: str, slot: str) -> None:
         raise NotImplementedError
 
     async def close(self) -> None:
@@ -146,16 +142,13 @@ class PostgresStore(Store):
                 (str(uuid.uuid4()), conversation, text),
             )
 
-    async def store_answer(self, conversation: str, text: str) -> None:
-        async with self.transaction() as db:
+    async def store_answer(self, conversation: str, text: str, slot: str) -> None:
+        async with self.transaction() as db:  # one statement: the slot's DELETE rides along
             await db.execute(
+                "WITH released AS (DELETE FROM io_floor_slots WHERE id = %s) "
                 "INSERT INTO io_floor_messages VALUES (%s, %s, 'assistant', %s)",
-                (str(uuid.uuid4()), conversation, text),
+                (slot, str(uuid.uuid4()), conversation, text),
             )
-
-    async def release(self, slot: str) -> None:
-        async with self.connection() as db:
-            await db.execute("DELETE FROM io_floor_slots WHERE id = %s", (slot,))
 
     async def close(self) -> None:
         while not self.idle.empty():
@@ -227,22 +220,16 @@ class SqliteStore(Store):
             )
         )
 
-    async def store_answer(self, conversation: str, text: str) -> None:
+    async def store_answer(self, conversation: str, text: str, slot: str) -> None:
         await self._run(
             lambda: self._transaction(
                 (
                     "INSERT INTO io_floor_messages VALUES (?, ?, 'assistant', ?)",
                     (str(uuid.uuid4()), conversation, text),
-                )
+                ),
+                ("DELETE FROM io_floor_slots WHERE id = ?", (slot,)),
             )
         )
-
-    async def release(self, slot: str) -> None:
-        def delete() -> None:
-            assert self.db is not None
-            self.db.execute("DELETE FROM io_floor_slots WHERE id = ?", (slot,))
-
-        await self._run(delete)
 
     async def close(self) -> None:
         await self._run(lambda: self.db.close() if self.db else None)
@@ -272,7 +259,7 @@ class ChatBody(BaseModel):
     message: str
 
 
-async def turn(db: Store, user: str, message: str) -> AsyncIterator[dict[str, Any]]:
+async def turn(db: Store, user: str, message: str, slot: str) -> AsyncIterator[dict[str, Any]]:
     """Steps 2 to 4 around the floor's relay; step 1 ran before the response started."""
     conversation = str(uuid.uuid4())
     await db.read_memory(user)
@@ -280,7 +267,7 @@ async def turn(db: Store, user: str, message: str) -> AsyncIterator[dict[str, An
     answer: list[str] = []
     async for event in deltas(message):
         if event["event"] == "done":
-            await db.store_answer(conversation, "".join(answer))
+            await db.store_answer(conversation, "".join(answer), slot)
         else:
             answer.append(json.loads(event["data"])["text"])
         yield event
@@ -294,9 +281,7 @@ async def chat(body: ChatBody, request: Request) -> EventSourceResponse:
     user = hashlib.sha256(request.headers.get("authorization", "").encode()).hexdigest()[:32]
     slot = str(uuid.uuid4())
     await store.admit(user, slot)  # a refusal would be a 429 before any byte
-    return EventSourceResponse(
-        turn(store, user, body.message), background=BackgroundTask(store.release, slot)
-    )
+    return EventSourceResponse(turn(store, user, body.message, slot))
 
 
 @app.get("/healthz")

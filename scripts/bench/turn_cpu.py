@@ -3,14 +3,18 @@ moves, unlike latency. Both processes of a turn are measured: the service (every
 backend adds) and the stub model (the model's own share, the floor of the direct path).
 
     .venv/bin/python scripts/bench/turn_cpu.py --database sqlite [--turns 400]
-        [--concurrency 1] [--root /path/to/another/checkout] [--out NAME]
+        [--concurrency 1] [--root /path/to/another/checkout] [--floor] [--io-floor] [--variants]
+        [--out NAME]
 
 Each process's user + system CPU comes from `/proc/<pid>/stat` before and after the timed
 turns (after a warm-up), divided by the turns. With `--root` the service runs from another
 checkout (the code before a change); run both and compare. With `--floor` the floor app
 (`scripts/bench/floor_app.py`, the required stack alone) is measured too, in `--blocks`
 alternated blocks with the service: the service's CPU over the floor's is what its own work
-costs.
+costs. With `--io-floor` the floor app plus the database work every turn owes
+(`scripts/bench/io_floor_app.py`) is measured the same way: the service's CPU over that one is
+what its code costs beyond the required I/O. With `--variants` the service also runs with one
+part of a turn switched off at a time (`VARIANTS`): the difference is what that part costs.
 """
 
 from __future__ import annotations
@@ -32,11 +36,13 @@ from scripts.bench._processes import (  # noqa: E402
     ROOT,
     dev_token,
     floor_process,
+    io_floor_service,
     offline_model_process,
     service,
 )
 from scripts.bench.turn_overhead import (  # noqa: E402
     LIMITS_CHECKED,
+    LIMITS_OFF,
     Samples,
     backend_turn,
     block,
@@ -44,6 +50,15 @@ from scripts.bench.turn_overhead import (  # noqa: E402
 )
 
 TICKS = os.sysconf("SC_CLK_TCK")
+# `--variants`: the service with one part of a turn switched off by its setting, each on its own
+# database; the difference from the whole service is what that part costs the process.
+VARIANTS: dict[str, dict[str, str]] = {
+    "without_limits": LIMITS_OFF,
+    "without_stream_slots": {"USER_MAX_STREAMS": "0"},
+    "without_memory": {"MEMORY_ENABLED": "false"},
+    "without_info_logs": {"LOG_LEVEL": "WARNING"},
+    "transcript_async_commit": {"TRANSCRIPT_COMMIT": "async"},
+}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -69,30 +84,42 @@ def main() -> None:
         action="store_true",
         help="also scripts/bench/floor_app.py (the required stack alone), in alternated blocks",
     )
-    parser.add_argument("--blocks", type=int, default=4, help="alternated blocks with --floor")
+    parser.add_argument(
+        "--io-floor",
+        action="store_true",
+        help="also scripts/bench/io_floor_app.py (the floor plus the required database work)",
+    )
+    parser.add_argument(
+        "--variants",
+        action="store_true",
+        help="also the service with one part switched off at a time (limits, stream slots, "
+        "memory, info logs) and with TRANSCRIPT_COMMIT=async",
+    )
+    parser.add_argument("--blocks", type=int, default=4, help="alternated blocks, with several")
     parser.add_argument("--out", default=None, help="results file name (default: turn_cpu_<db>)")
     args = parser.parse_args()
-    blocks = args.blocks if args.floor else 1
+    args.root = args.root.resolve()
+    blocks = args.blocks if args.floor or args.io_floor or args.variants else 1
     per_block = max(1, args.turns // blocks)
     spent: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch, ExitStack() as stack:
         directory = Path(scratch)
         url = stack.enter_context(database(args.database, directory, "cpu"))
         model_url, model = stack.enter_context(offline_model_process(directory))
-        targets = {
-            "service": stack.enter_context(
-                service(
-                    url,
-                    directory,
-                    args.root.resolve(),
-                    LLM_BASE_URL=model_url,
-                    LOG_LEVEL="INFO",
-                    **LIMITS_CHECKED,
-                )
+        whole = {"LLM_BASE_URL": model_url, "LOG_LEVEL": "INFO", **LIMITS_CHECKED}
+        targets = {"service": stack.enter_context(service(url, directory, args.root, **whole))}
+        for name, changes in VARIANTS.items() if args.variants else ():
+            variant_url = stack.enter_context(database(args.database, directory, name))
+            targets[name] = stack.enter_context(
+                service(variant_url, directory, args.root, name, **{**whole, **changes})
             )
-        }
         if args.floor:
             targets["floor"] = stack.enter_context(floor_process(model_url, directory))
+        if args.io_floor:
+            io_url = stack.enter_context(database(args.database, directory, "io_floor"))
+            targets["io_floor"] = stack.enter_context(
+                io_floor_service(model_url, io_url, directory)
+            )
         for target_url, _pid in targets.values():
             asyncio.run(turns(target_url, 50, args.concurrency))  # warm-up
         for _ in range(blocks):
@@ -107,7 +134,7 @@ def main() -> None:
         "database": args.database,
         "turns": per_block * blocks,
         "concurrency": args.concurrency,
-        "root": str(args.root.resolve()),
+        "root": str(args.root),
     }
     for name, totals in spent.items():
         server_ms, model_ms, client_ms = (total * 1000 / (per_block * blocks) for total in totals)

@@ -332,7 +332,7 @@ def main() -> None:
             if args.io_floor:
                 url = stack.enter_context(database(args.database, Path(logs), "io_floor_pgb"))
                 bouncer = stack.enter_context(pgbouncer("127.0.0.1", make_url(url).port or 5432))
-                urls["io_floor_pgbouncer"] = stack.enter_context(
+                urls["io_floor_pgbouncer"], _pid = stack.enter_context(
                     io_floor_service(
                         stub,
                         bouncer.url_for(url),
@@ -362,7 +362,7 @@ def main() -> None:
             urls["floor"], _pid = stack.enter_context(floor_process(stub, Path(logs)))
         if args.io_floor:
             url = stack.enter_context(database(args.database, Path(logs), "io_floor"))
-            urls["io_floor"] = stack.enter_context(io_floor_service(stub, url, Path(logs)))
+            urls["io_floor"], _pid = stack.enter_context(io_floor_service(stub, url, Path(logs)))
         for concurrency in levels:
             paths = asyncio.run(measure(stub, urls, concurrency, args.turns, args.blocks))
             described = {name: describe(samples) for name, samples in paths.items()}
