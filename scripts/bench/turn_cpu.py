@@ -3,12 +3,13 @@ moves, unlike latency. Both processes of a turn are measured: the service (every
 backend adds) and the stub model (the model's own share, the floor of the direct path).
 
     .venv/bin/python scripts/bench/turn_cpu.py --database sqlite [--turns 400]
-        [--concurrency 1] [--root /path/to/another/checkout] [--floor] [--io-floor] [--variants]
-        [--out NAME]
+        [--concurrency 1] [--root /path/to/another/checkout] [--baseline /path/to/before]
+        [--floor] [--io-floor] [--variants] [--out NAME]
 
 Each process's user + system CPU comes from `/proc/<pid>/stat` before and after the timed
 turns (after a warm-up), divided by the turns. With `--root` the service runs from another
-checkout (the code before a change); run both and compare. With `--floor` the floor app
+checkout; with `--baseline` another checkout (the code before a change) is served too, in
+alternated blocks with this one. With `--floor` the floor app
 (`scripts/bench/floor_app.py`, the required stack alone) is measured too, in `--blocks`
 alternated blocks with the service: the service's CPU over the floor's is what its own work
 costs. With `--io-floor` the floor app plus the database work every turn owes
@@ -80,6 +81,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--root", type=Path, default=ROOT, help="the code tree to serve")
     parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another checkout (the code before a change), served and measured alternately",
+    )
+    parser.add_argument(
         "--floor",
         action="store_true",
         help="also scripts/bench/floor_app.py (the required stack alone), in alternated blocks",
@@ -99,7 +106,8 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="results file name (default: turn_cpu_<db>)")
     args = parser.parse_args()
     args.root = args.root.resolve()
-    blocks = args.blocks if args.floor or args.io_floor or args.variants else 1
+    several = args.floor or args.io_floor or args.variants or args.baseline
+    blocks = args.blocks if several else 1
     per_block = max(1, args.turns // blocks)
     spent: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as scratch, ExitStack() as stack:
@@ -108,6 +116,11 @@ def main() -> None:
         model_url, model = stack.enter_context(offline_model_process(directory))
         whole = {"LLM_BASE_URL": model_url, "LOG_LEVEL": "INFO", **LIMITS_CHECKED}
         targets = {"service": stack.enter_context(service(url, directory, args.root, **whole))}
+        if args.baseline:
+            before_url = stack.enter_context(database(args.database, directory, "baseline"))
+            targets["baseline"] = stack.enter_context(
+                service(before_url, directory, args.baseline.resolve(), "baseline", **whole)
+            )
         for name, changes in VARIANTS.items() if args.variants else ():
             variant_url = stack.enter_context(database(args.database, directory, name))
             targets[name] = stack.enter_context(
