@@ -29,7 +29,7 @@ from app.main import create_app  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from scripts.bench._common import write_results  # noqa: E402
 from scripts.bench._processes import BENCH_SECRET, dev_token, offline_model  # noqa: E402
-from scripts.bench.turn_overhead import database  # noqa: E402
+from scripts.bench.turn_overhead import LIMITS_CHECKED, database  # noqa: E402
 
 MESSAGE = {"message": "hello there, how are you"}
 
@@ -95,9 +95,8 @@ def main() -> None:
                     llm_api_key="unused",
                     log_format="json",
                     log_level="INFO",
-                    user_max_streams=4,
-                    user_turns_per_minute=100_000,
-                    user_daily_tokens=10**12,
+                    memory_enabled=True,
+                    **{name.lower(): value for name, value in LIMITS_CHECKED.items()},
                 )
                 with TestClient(create_app(settings)) as client:
                     headers = {"Authorization": f"Bearer {dev_token('bench-logs')}"}
