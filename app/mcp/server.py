@@ -10,8 +10,8 @@ and hands the verified identity to the tools through the SDK's own auth context.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
 from typing import Annotated, Any
 
@@ -36,7 +36,7 @@ from app.errors import AppError
 from app.mcp import tools
 from app.memory.contract import operations_schema
 from app.memory.provenance import clip_client
-from app.memory.rules import GENERAL_TARGETS, LIMITS, MAX_OPERATIONS, TARGETS, Target
+from app.memory.rules import GENERAL_TARGETS, LIMITS, MAX_OPERATIONS, Target, scope_targets
 from app.runtime import Runtime
 from app.telemetry import bind_subject
 
@@ -120,9 +120,9 @@ def _caller(ctx: Context) -> tools.Caller:
 
 
 def build_server(runtime: Runtime, targets: tuple[Target, ...]) -> MCPServer:
-    """The tools, their `target` enum the scope's: outside projects `user` and `memory`, as the
-    chat tool's; in a project all three (whether `memory` is open there is the project's
-    setting, and the scope's rules refuse it where it is not)."""
+    """The tools, their `target` enum the scope's (`scope_targets` for the model): outside
+    projects `user` and `memory`, as the chat tool's; in a project `user` and `project`, and
+    `memory` too where the project is opted into it."""
     server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version="1")
 
     async def memory_view(ctx: Context) -> CallToolResult:
@@ -174,17 +174,17 @@ def session_manager(server: MCPServer) -> StreamableHTTPSessionManager:
 class McpEndpoint:
     """The ASGI app at `/mcp`: the API's bearer check (401 with `WWW-Authenticate: Bearer` and
     the API's JSON error otherwise), then the SDK's transport with the verified identity: the
-    server of the request's scope (outside projects, or in the project its header names)."""
+    server of the request's scope, by the targets it reaches: outside projects, or in the
+    project its header names (opted into general memory or not)."""
 
     def __init__(
-        self,
-        runtime: Runtime,
-        general: StreamableHTTPSessionManager,
-        in_project: StreamableHTTPSessionManager,
+        self, runtime: Runtime, managers: Mapping[tuple[Target, ...], StreamableHTTPSessionManager]
     ) -> None:
         self.runtime = runtime
-        self._general = AuthContextMiddleware(general.handle_request)
-        self._in_project = AuthContextMiddleware(in_project.handle_request)
+        self._servers = {
+            targets: AuthContextMiddleware(manager.handle_request)
+            for targets, manager in managers.items()
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -196,32 +196,44 @@ class McpEndpoint:
             return
         bind_subject(identity.subject)
         project_id = request.headers.get(PROJECT_HEADER)
+        targets = GENERAL_TARGETS
         if project_id is not None:
             try:
-                await find_project(self.runtime, identity.subject, project_id)
+                project = await find_project(self.runtime, identity.subject, project_id)
             except AppError as error:  # another person's or an unknown project: 404
                 response = error_response(error.status_code, error.code, error.message)
                 await response(scope, receive, send)
                 return
+            targets = scope_targets(
+                in_project=True, general_memory=project.general_memory, owner=False
+            )
         token = request.headers["authorization"].partition(" ")[2].strip()
         scope["user"] = AuthenticatedUser(
             AccessToken(token=token, client_id=TOKEN_CLIENT_ID, scopes=[], subject=identity.subject)
         )
         reset = _project.set(project_id)
-        inner = self._general if project_id is None else self._in_project
         try:
-            await inner(scope, receive, send)
+            await self._servers[targets](scope, receive, send)
         finally:
             _project.reset(reset)
 
 
 @asynccontextmanager
 async def mcp_endpoint(runtime: Runtime) -> AsyncIterator[McpEndpoint]:
-    """The endpoint, with the SDK's session manager running for as long as it is used."""
-    general = session_manager(build_server(runtime, GENERAL_TARGETS))
-    in_project = session_manager(build_server(runtime, TARGETS))
-    async with general.run(), in_project.run():
-        yield McpEndpoint(runtime, general, in_project)
+    """The endpoint, with the SDK's session managers running for as long as it is used: one
+    server per set of targets a scope can reach."""
+    managers = {
+        targets: session_manager(build_server(runtime, targets))
+        for targets in {
+            scope_targets(in_project=in_project, general_memory=opted, owner=False)
+            for in_project in (False, True)
+            for opted in (False, True)
+        }
+    }
+    async with AsyncExitStack() as running:
+        for manager in managers.values():
+            await running.enter_async_context(manager.run())
+        yield McpEndpoint(runtime, managers)
 
 
 class McpRoute:

@@ -169,17 +169,24 @@ async def test_mcp_is_scoped_by_its_project_header(engine: Engine, base: str) ->
 
 
 async def test_mcp_publishes_the_targets_of_its_scope(engine: Engine, base: str) -> None:
-    """memory_update's `target` enum is the scope's: `user` and `memory` outside projects (the
-    chat tool's), all three in a project (whether `memory` is open there is the project's
-    setting, which the scope's rules enforce, as above)."""
+    """memory_update's `target` enum is what the scope's rules let the model reach: `user` and
+    `memory` outside projects (the chat tool's); `user` and `project` in a project, with
+    `memory` only while the project is opted into it, following the setting as it changes."""
     a, _b = plant(engine)
-    enums = []
-    for project in (None, a):
+    service = MemoryService(engine)
+
+    async def enum(project: str | None) -> list[str]:
         async with connect(base, "alice", project) as client:
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
         operations = tools["memory_update"].input_schema["properties"]["operations"]
-        enums.append(operations["items"]["properties"]["target"]["enum"])
-    assert enums == [list(GENERAL_TARGETS), list(TARGETS)]
+        return list(operations["items"]["properties"]["target"]["enum"])
+
+    assert await enum(None) == list(GENERAL_TARGETS)
+    assert await enum(a) == ["user", "project"]
+    service.change_project("alice", a, general_memory=True)
+    assert await enum(a) == list(TARGETS)
+    service.change_project("alice", a, general_memory=False)
+    assert await enum(a) == ["user", "project"]
 
 
 async def test_mcp_refuses_another_persons_project(engine: Engine, base: str) -> None:
