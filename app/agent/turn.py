@@ -86,13 +86,15 @@ class Turn:
                 capture_content(span, "app.capture.model_output", progress.answer)
                 span.set_attribute("turn.outcome", outcome)
                 span.set_attribute("turn.rounds", progress.rounds)
-                spent = progress.usage
+                spent, opened = progress.usage, self.context
                 turn_finished(
                     turn_id=self.turn_id,
                     agent=self.agent.name,
                     outcome=outcome,
                     rounds=progress.rounds,
                     duration_seconds=time.perf_counter() - started,
+                    conversation_id=opened.conversation_id if opened else None,
+                    memory_status=opened.memory_status if opened else None,
                     prompt_tokens=spent.input_tokens if spent else None,
                     completion_tokens=spent.output_tokens if spent else None,
                 )

@@ -127,11 +127,16 @@ def turn_finished(
     outcome: str,
     rounds: int,
     duration_seconds: float,
+    conversation_id: str | None = None,
+    memory_status: str | None = None,
     prompt_tokens: int | None = None,
     completion_tokens: int | None = None,
 ) -> None:
-    """The end of every turn: one log line and the turn metrics (outcome, duration, tokens).
-    `outcome` is the finish reason, `cancelled`, or the error code."""
+    """The end of every turn: its one line at INFO (what `turn.started` and `llm.round` say at
+    DEBUG, summed up) and the turn metrics. `outcome` is the finish reason, `cancelled`, or the
+    error code; the conversation and the memory status are absent when the turn never opened."""
+    opened = {"conversation_id": conversation_id, "memory_status": memory_status}
+    tokens = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
     log.info(
         "turn.finished",
         turn_id=turn_id,
@@ -139,6 +144,7 @@ def turn_finished(
         outcome=outcome,
         rounds=rounds,
         duration_ms=round(duration_seconds * 1000, 1),
+        **{key: value for key, value in (opened | tokens).items() if value is not None},
     )
     metrics.turn_finished(agent, outcome, duration_seconds)
     if prompt_tokens is not None and completion_tokens is not None:

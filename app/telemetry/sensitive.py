@@ -70,6 +70,9 @@ class TelemetryScope:
         return frozenset(self._values)
 
     def pattern(self) -> re.Pattern[str] | None:
+        compiled = self._pattern  # read without the lock: `register` resets it under the lock
+        if compiled is not None:
+            return compiled
         with self._lock:
             if self._pattern is None and self._values:
                 ordered = sorted(self._values, key=len, reverse=True)
@@ -77,6 +80,8 @@ class TelemetryScope:
             return self._pattern
 
     def scrub(self, text: str) -> str:
+        if len(text) < MIN_SENSITIVE_LENGTH:  # no registered value fits in it
+            return text
         pattern = self.pattern()
         return pattern.sub(REDACTED, text) if pattern is not None else text
 
