@@ -1,6 +1,6 @@
-"""Storage of the memory history: one row per committed change, bounded per user. Functions
-take a connection and never commit: the caller owns the transaction (a change and its history
-row are written in the same one)."""
+"""Storage of the memory history: one row per committed change, bounded per user and scope
+(outside projects, and each project). Functions take a connection and never commit: the caller
+owns the transaction (a change and its history row are written in the same one)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,17 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Integer, Select, bindparam, delete, insert, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Integer,
+    Select,
+    and_,
+    bindparam,
+    delete,
+    insert,
+    select,
+)
 
 from app.db.schema import memory_changes
 from app.memory.provenance import HistoryEntry, Provenance, changes_from_json, changes_to_json
@@ -73,11 +83,19 @@ def entry_params(
     }
 
 
-def _newest_beyond(user_id: Any, keep: Any) -> Select[tuple[int]]:
-    """The `seq` of the user's entry that comes after the newest `keep` (None when none does)."""
+def _in_scope(user_id: Any, project_id: Any) -> ColumnElement[bool]:
+    """The user's entries of one scope: outside projects (`project_id` None) or one project."""
+    return and_(
+        memory_changes.c.user_id == user_id,
+        memory_changes.c.project_id.is_not_distinct_from(project_id),
+    )
+
+
+def _newest_beyond(user_id: Any, project_id: Any, keep: Any) -> Select[tuple[int]]:
+    """The `seq` of the scope's entry that comes after its newest `keep` (None when none does)."""
     return (
         select(memory_changes.c.seq)
-        .where(memory_changes.c.user_id == user_id)
+        .where(_in_scope(user_id, project_id))
         .order_by(memory_changes.c.seq.desc())
         .limit(1)
         .offset(keep)
@@ -86,27 +104,24 @@ def _newest_beyond(user_id: Any, keep: Any) -> Select[tuple[int]]:
 
 # The trim to run in the same statement as ENTRY_INSERT (PostgreSQL's data-modifying CTEs): it
 # reads the statement's snapshot, which does not hold the new entry, so it keeps the newest
-# `keep_older` (= the limit - 1) older ones, and the user has the limit's entries afterwards.
+# `keep_older` (= the limit - 1) older ones, and the scope has the limit's entries afterwards.
+_OWNER = bindparam("owner_id", type_=memory_changes.c.user_id.type)
+_PROJECT = bindparam("entry_project_id", type_=memory_changes.c.project_id.type)
 TRIM_BEFORE_INSERT = delete(memory_changes).where(
-    memory_changes.c.user_id == bindparam("owner_id", type_=memory_changes.c.user_id.type),
+    _in_scope(_OWNER, _PROJECT),
     memory_changes.c.seq
-    <= _newest_beyond(
-        bindparam("owner_id", type_=memory_changes.c.user_id.type),
-        bindparam("keep_older", type_=Integer()),
-    ).scalar_subquery(),
+    <= _newest_beyond(_OWNER, _PROJECT, bindparam("keep_older", type_=Integer())).scalar_subquery(),
 )
 
 
-def trim(connection: Connection, user_id: str, keep: int) -> int:
-    """Drop the user's oldest entries beyond `keep` (two statements: MariaDB refuses a DELETE
+def trim(connection: Connection, user_id: str, project_id: str | None, keep: int) -> int:
+    """Drop the scope's oldest entries beyond `keep` (two statements: MariaDB refuses a DELETE
     whose subquery reads the same table)."""
-    cutoff = connection.execute(_newest_beyond(user_id, keep)).scalar()
+    cutoff = connection.execute(_newest_beyond(user_id, project_id, keep)).scalar()
     if cutoff is None:
         return 0
     result = connection.execute(
-        delete(memory_changes).where(
-            memory_changes.c.user_id == user_id, memory_changes.c.seq <= cutoff
-        )
+        delete(memory_changes).where(_in_scope(user_id, project_id), memory_changes.c.seq <= cutoff)
     )
     return result.rowcount or 0
 

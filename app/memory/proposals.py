@@ -9,7 +9,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, ScalarSelect, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, ScalarSelect, and_, bindparam, delete, insert, select, update
 
 from app.db.schema import memory_preferences, memory_proposals
 from app.memory.history import now
@@ -101,7 +101,8 @@ def add(
     client: str | None = None,
     project_id: str | None = None,
 ) -> str:
-    """Store a proposal; expired ones and the oldest beyond `keep` go in the same transaction."""
+    """Store a proposal; the user's expired ones, and the oldest beyond `keep` of its scope
+    (outside projects, or its project), go in the same transaction."""
     stamp = now()
     proposal_id = str(uuid.uuid4())
     owned = memory_proposals.c.user_id == user_id
@@ -121,15 +122,18 @@ def add(
             project_id=project_id,
         )
     )
+    in_scope = and_(owned, memory_proposals.c.project_id.is_not_distinct_from(project_id))
     cutoff = connection.execute(
         select(memory_proposals.c.seq)
-        .where(owned)
+        .where(in_scope)
         .order_by(memory_proposals.c.seq.desc())
         .limit(1)
         .offset(keep)
     ).scalar()
     if cutoff is not None:
-        connection.execute(delete(memory_proposals).where(owned, memory_proposals.c.seq <= cutoff))
+        connection.execute(
+            delete(memory_proposals).where(in_scope, memory_proposals.c.seq <= cutoff)
+        )
     return proposal_id
 
 

@@ -203,8 +203,9 @@ def persist(
     keep: int,
     project_id: str | None = None,
 ) -> tuple[list[Target], str | None]:
-    """Write the documents that changed and their history row, and trim the history to the
-    newest `keep` entries; nothing when nothing changed. Returns the changed targets and the
+    """Write the documents that changed and their history row, and trim the history of the
+    change's scope (outside projects, or its project) to its newest `keep` entries; nothing when
+    nothing changed. Returns the changed targets and the
     history entry's id.
 
     PostgreSQL runs it all as one statement (the document writes and the trim as
@@ -230,7 +231,7 @@ def persist(
             repository.document_statement(target, kind), {"owner_id": user_id, **bound}
         )
     connection.execute(history.ENTRY_INSERT, entry)
-    history.trim(connection, user_id, keep)
+    history.trim(connection, user_id, project_id, keep)
     return changed, str(entry["entry_id"])
 
 

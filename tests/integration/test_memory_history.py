@@ -14,6 +14,7 @@ from sqlalchemy.exc import DBAPIError
 
 from app.db.schema import memory_changes, memory_proposals
 from app.memory import history, proposals
+from app.memory.projects import GENERAL, Scope
 from app.memory.provenance import Provenance
 from app.memory.rules import MemoryValidationError, Operation
 from app.memory.service import MemoryService
@@ -114,6 +115,47 @@ def test_history_is_bounded_per_user_oldest_first(engine: Engine) -> None:
     kept = entries(engine, "alice")
     assert [e.changes[0].after for e in kept] == [f"Fact number {n}." for n in (4, 3, 2)]
     assert history_rows(engine, "bob") == 1
+
+
+def test_history_is_bounded_per_scope(engine: Engine) -> None:
+    """MEMORY_HISTORY_LIMIT bounds each scope of a person (outside projects, each project) on
+    its own: a busy project trims its own oldest changes, never another scope's."""
+    service = MemoryService(engine, limits=WriteLimits(history=3))
+    busy, quiet = (service.create_project("alice", name).id for name in ("Busy", "Quiet"))
+    for n in range(2):
+        service.commit_operations("alice", add("memory", f"General fact {n}."))
+    service.commit_operations("alice", add("project", "Quiet fact."), scope=Scope(quiet))
+    for n in range(5):
+        service.commit_operations("alice", add("project", f"Busy fact {n}."), scope=Scope(busy))
+
+    def kept(project_id: str | None) -> list[str | None]:
+        with engine.connect() as connection:
+            found = history.page(connection, "alice", limit=None, project_id=project_id) or []
+        return [entry.changes[0].after for entry in found]
+
+    assert kept(busy) == [f"Busy fact {n}." for n in (4, 3, 2)]
+    assert kept(None) == ["General fact 1.", "General fact 0."]
+    assert kept(quiet) == ["Quiet fact."]
+
+
+def test_proposals_are_bounded_per_scope(engine: Engine) -> None:
+    """MEMORY_PROPOSAL_LIMIT bounds the pending proposals of each scope on its own."""
+    service = MemoryService(engine, limits=WriteLimits(proposals=2))
+    set_mode(engine, "alice", "ask")
+    project = service.create_project("alice", "Client").id
+
+    def propose(content: str, scope: Scope = GENERAL) -> str | None:
+        return service.commit_operations(
+            "alice", add("user", content), provenance=TURN, may_propose=True, scope=scope
+        ).proposal_id
+
+    general = [propose(f"General {n}.") for n in range(2)]
+    scoped = [propose(f"Scoped {n}.", Scope(project)) for n in range(3)]
+    with engine.connect() as connection:
+        outside = proposals.pending(connection, "alice", project_id=None)
+        inside = proposals.pending(connection, "alice", project_id=project)
+    assert [p.id for p in outside] == [general[1], general[0]]
+    assert [p.id for p in inside] == [scoped[2], scoped[1]]
 
 
 def test_undo_restores_and_is_itself_a_change(engine: Engine) -> None:
