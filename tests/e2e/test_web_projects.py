@@ -459,3 +459,74 @@ def test_in_a_project_the_panel_edits_and_undoes_the_projects_notes(
     expect(page.locator("#memory-notice [role=status]")).to_have_text("Undone: 1 entry removed.")
     scoped = api(server, token, "GET", f"/v1/memory?project_id={project_id}").json()
     assert scoped["project"]["entries"] == []
+
+
+IMPORTED = """Here's what I remember about you:
+
+- You prefer concise answers.
+- Your project "Ledgerly" runs on PostgreSQL."""
+
+
+@pytest.mark.parametrize("view", views("light", "dark", "light")[1:2], indirect=True)
+def test_in_a_project_search_and_import_keep_to_the_project(
+    server: str, page: Page, view: tuple[str, str]
+) -> None:
+    """In a project the sidebar's search reads that project's conversations (its placeholder
+    and its results say so, with the way to all of them), outside projects every conversation;
+    the Import dialog in a project says where the facts go and adds the facts about the work to
+    the project's notes, never to the general ones."""
+    token = sign_in(page, server, "ed-projects")
+    project_id = make_project(server, token, "Quagga Co")
+    inside = chat_in(server, token, "quagga inventory for the client", project_id)
+    outside = chat_in(server, token, "quagga inventory at home")
+    page.goto(f"{server}/p/{project_id}")
+    expect(page.locator("#project-home-title")).to_have_text("Quagga Co")
+
+    open_conversations(page)
+    box = page.get_by_label("Search conversations")
+    expect(box).to_have_attribute("placeholder", "Search in “Quagga Co”")
+    box.fill("quagga inventory")
+    hits = page.locator("#search-results li button.search-hit")
+    expect(hits).to_have_count(1)
+    expect(hits.first).to_have_attribute("data-id", inside)
+    expect(page.locator("#search-results .search-scope")).to_contain_text("In “Quagga Co”.")
+    page.get_by_role("button", name="Search all conversations").click()
+    expect(hits).to_have_count(2)
+    assert {hits.nth(i).get_attribute("data-id") for i in range(2)} == {inside, outside}
+    page.get_by_role("button", name="Only “Quagga Co”").click()
+    expect(hits).to_have_count(1)
+    box.press("Escape")
+    close_drawer(page)
+
+    open_memory(page)
+    page.get_by_role("button", name="Import from another assistant").click()
+    dialog = page.get_by_role("dialog", name="Import from another assistant")
+    expect(dialog.locator("#import-place")).to_contain_text("Into “Quagga Co”")
+    dialog.get_by_label("What the other assistant remembers").fill(IMPORTED)
+    dialog.get_by_role("button", name="Preview").click()
+    expect(page.locator("#import-proposed li")).to_have_text(
+        [
+            "About youThe user prefers concise answers.",
+            'Project notesThe user\'s project "Ledgerly" runs on PostgreSQL.',
+        ]
+    )
+    page.get_by_role("button", name="Add to memory").click()
+    expect(dialog).to_be_hidden()
+    expect(page.locator("#doc-project-entries .entry-text")).to_have_text(
+        ['The user\'s project "Ledgerly" runs on PostgreSQL.']
+    )
+    scoped = api(server, token, "GET", f"/v1/memory?project_id={project_id}").json()
+    assert scoped["project"]["entries"] == ['The user\'s project "Ledgerly" runs on PostgreSQL.']
+    general = api(server, token, "GET", "/v1/memory").json()
+    assert general["memory"]["entries"] == []
+    assert general["user"]["entries"] == ["The user prefers concise answers."]
+    assert api(server, token, "GET", f"/v1/memory/proposals?project_id={project_id}").json() == {
+        "proposals": []
+    }
+
+    new_chat(page, view)
+    open_conversations(page)
+    expect(box).to_have_attribute("placeholder", "Search conversations")
+    box.fill("quagga inventory")
+    expect(hits).to_have_count(2)
+    expect(page.locator("#search-results .search-scope")).to_have_count(0)

@@ -53,7 +53,9 @@ const router = new Router({
   },
 });
 
-const importDialog = new ImportDialog({ client: () => client, changed: () => memory.load() });
+// Imports go to the memory the panel shows: outside projects, or the chat's project.
+const importDialog = new ImportDialog({ client: () => client, changed: () => memory.load(),
+  scoped: (path) => memory.scoped(path), place: () => conversations.project(memory.scope) });
 const chatNotice = new Notice($("chat-notice"));
 // The header and the tab say which conversation is open; Rename is there.
 const title = new ChatTitle({
@@ -111,7 +113,7 @@ const chat = new Chat({
   // count is a stable thing for tests and the screenshot script to wait on.
   onSettled: () => { document.body.dataset.turns = String(Number(document.body.dataset.turns || 0) + 1); },
 });
-Object.assign(parts, { chat, conversations, memory, title, notice: chatNotice });
+Object.assign(parts, { chat, conversations, memory, search, title, notice: chatNotice });
 
 function showModelBadge() {
   for (const badge of document.querySelectorAll(".model-badge")) {

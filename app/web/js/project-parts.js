@@ -7,7 +7,7 @@ import { $ } from "./dom.js";
 import { MoveDialog, ProjectPage } from "./project-page.js";
 import { ProjectRows } from "./projects.js";
 
-// `page` holds the page's other parts ({chat, conversations, memory, title, notice}); they are
+// `page` holds the page's other parts ({chat, conversations, memory, search, title, notice}); they are
 // read when used, so it may be filled in after this call.
 export function projectParts(page) {
   const error = (text) => page.notice.show(text, "error");
@@ -69,6 +69,7 @@ export function projectParts(page) {
     projectPage.show(chat.conversationId ? null : project,
       project ? conversations.inProject(project.id) : []);
     page.memory.setProjects(conversations.projects);
+    page.search.setProject(project);
     $("message-input").placeholder = project ? `Message the assistant in “${project.name}”`
       : "Message the assistant";
     if (chat.projectId && !chat.conversationId && conversations.loaded && !project) chat.projectNotFound();

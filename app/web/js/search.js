@@ -1,14 +1,15 @@
 // The search box over the conversation list: the signed-in person's messages that match, best
 // first, each with its conversation's title and a snippet; choosing one opens the conversation
 // at that message. While a query is typed the results replace the list; clearing it brings the
-// list back.
+// list back. In a project (its page, or one of its conversations) the search reads that
+// project's conversations by default, as the placeholder says; the results offer the rest.
 //
 // Snippets arrive with matched words between « and » (the API's marking; those characters in a
 // message itself come as ‹ ›). They are split here and built as text nodes and <mark> elements:
 // no user text is ever parsed as HTML.
 
 import { describe, isSessionEnd } from "./api.js";
-import { el } from "./dom.js";
+import { button, el } from "./dom.js";
 
 const DEBOUNCE_MS = 250;
 const LIMIT = 20;
@@ -30,6 +31,8 @@ export class ConversationSearch {
     this.client = null;
     this.timer = 0;
     this.ticket = 0;
+    this.project = null; // {id, name} of the chat's project, searched by default
+    this.everywhere = false; // the person asked for every conversation instead
     form.addEventListener("submit", (event) => { event.preventDefault(); this.run(); });
     input.addEventListener("input", () => {
       clearTimeout(this.timer);
@@ -42,6 +45,21 @@ export class ConversationSearch {
 
   attach(client) {
     this.client = client;
+  }
+
+  // The chat moved: into a project (or another one), or out of projects.
+  setProject(project) {
+    const next = project ? { id: project.id, name: project.name } : null;
+    if (next?.id === this.project?.id && next?.name === this.project?.name) return;
+    const moved = next?.id !== this.project?.id;
+    this.project = next;
+    if (moved) this.everywhere = false;
+    this.input.placeholder = next ? `Search in “${next.name}”` : "Search conversations";
+    if (moved && this.input.value.trim()) this.run();
+  }
+
+  scoped() {
+    return this.project && !this.everywhere ? this.project : null;
   }
 
   showing(searching) {
@@ -61,6 +79,8 @@ export class ConversationSearch {
     let body;
     try {
       const params = new URLSearchParams({ q: query, limit: String(LIMIT) });
+      const project = this.scoped();
+      if (project) params.set("project_id", project.id);
       body = await this.client.request(`/v1/conversations/search?${params}`);
     } catch (error) {
       if (!isSessionEnd(error)) this.onError(`Could not search: ${describe(error)}`);
@@ -70,10 +90,22 @@ export class ConversationSearch {
     this.render(body.results);
   }
 
+  // In a project, which conversations were searched, and the way to the others.
+  scopeLine() {
+    if (!this.project) return [];
+    const inProject = !this.everywhere;
+    const toggle = button(inProject ? "Search all conversations" : `Only “${this.project.name}”`,
+      () => { this.everywhere = inProject; this.run(); }, { className: "search-scope-toggle" });
+    return [el("p", { className: "muted search-scope" }, [
+      el("span", { text: inProject ? `In “${this.project.name}”. ` : "In all conversations. " }),
+      toggle,
+    ])];
+  }
+
   render(results) {
     this.showing(true);
     if (!results.length) {
-      this.results.replaceChildren(el("p", { className: "muted sidebar-empty",
+      this.results.replaceChildren(...this.scopeLine(), el("p", { className: "muted sidebar-empty",
         text: "No message matches." }));
       return;
     }
@@ -86,7 +118,8 @@ export class ConversationSearch {
       open.addEventListener("click", () => this.onOpen(hit.conversation_id, hit));
       return el("li", { className: "conversation" }, [open]);
     });
-    this.results.replaceChildren(el("ul", { attrs: { "aria-label": "Search results" } }, items));
+    this.results.replaceChildren(...this.scopeLine(),
+      el("ul", { attrs: { "aria-label": "Search results" } }, items));
   }
 
   clear() {
@@ -98,6 +131,7 @@ export class ConversationSearch {
 
   reset() {
     this.client = null;
+    this.setProject(null);
     this.clear();
     this.list.hidden = false;
   }

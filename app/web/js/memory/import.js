@@ -1,9 +1,11 @@
 // The Import dialog: paste what another assistant says it remembers, see what would be added
 // (and what was left out, and why) before anything is saved, then add it or cancel.
 //
-// Self-contained: it needs the signed-in API client and a callback that reloads the memory
-// panel. The preview is the server's proposal (POST /v1/memory/import); "Add to memory" accepts
-// it, and closing the dialog without adding rejects it, so no import is left waiting unseen.
+// Self-contained: it needs the signed-in API client, a callback that reloads the memory panel,
+// and the panel's scope (`scoped(path)` adds `?project_id=` in a project, `place()` is that
+// project). The preview is the server's proposal (POST /v1/memory/import, in that scope: in a
+// project its facts about the work go to the project's notes); "Add to memory" accepts it, and
+// closing the dialog without adding rejects it, so no import is left waiting unseen.
 
 import { describe, isSessionEnd } from "../api.js";
 import { $, el, focusQuietly } from "../dom.js";
@@ -19,10 +21,14 @@ const REASONS = {
 };
 
 export class ImportDialog {
-  // client() -> the signed-in ApiClient (or null); changed() reloads the memory panel.
-  constructor({ client, changed }) {
+  // client() -> the signed-in ApiClient (or null); changed() reloads the memory panel;
+  // scoped(path) -> the path in the panel's scope; place() -> its project ({name}) or null.
+  constructor({ client, changed, scoped = (path) => path, place = () => null }) {
     this.client = client;
     this.changed = changed;
+    this.scopeOf = scoped;
+    this.place = place;
+    this.query = ""; // the scope's query, fixed when the dialog opens: the proposal is that scope's
     this.dialog = $("import-dialog");
     this.text = $("import-text");
     this.preview = $("import-preview");
@@ -38,6 +44,12 @@ export class ImportDialog {
 
   open() {
     this.clear();
+    this.query = this.scopeOf("");
+    const project = this.place();
+    $("import-place").hidden = !project;
+    $("import-place").textContent = project
+      ? `Into “${project.name}”: facts about you go to About you, facts about the work to this project's notes.`
+      : "";
     this.dialog.showModal();
     focusQuietly(this.text);
   }
@@ -64,7 +76,8 @@ export class ImportDialog {
     this.preview.disabled = true;
     this.status.textContent = "Reading…";
     try {
-      const result = await client.request("/v1/memory/import", { method: "POST", body: { text } });
+      const result = await client.request(`/v1/memory/import${this.query}`,
+        { method: "POST", body: { text } });
       this.show(result);
     } catch (error) {
       if (!isSessionEnd(error)) this.status.textContent = `Could not import: ${describe(error)}`;
@@ -98,7 +111,8 @@ export class ImportDialog {
     const { id } = this.proposal;
     this.accept.disabled = true;
     try {
-      await client.request(`/v1/memory/proposals/${encodeURIComponent(id)}/accept`, { method: "POST" });
+      await client.request(`/v1/memory/proposals/${encodeURIComponent(id)}/accept${this.query}`,
+        { method: "POST" });
       this.proposal = null;
       this.dialog.close();
       await this.changed();
@@ -117,7 +131,7 @@ export class ImportDialog {
     this.accept.hidden = true;
     if (!client || !proposal) return;
     try {
-      await client.request(`/v1/memory/proposals/${encodeURIComponent(proposal.id)}/reject`,
+      await client.request(`/v1/memory/proposals/${encodeURIComponent(proposal.id)}/reject${this.query}`,
         { method: "POST" });
     } catch {
       // Already gone (expired, or decided in the panel): nothing is left to discard.
