@@ -282,7 +282,7 @@ class ModelClient:
             if result.usage is not None:
                 span.set_attribute("gen_ai.usage.input_tokens", result.usage.input_tokens)
                 span.set_attribute("gen_ai.usage.output_tokens", result.usage.output_tokens)
-            log.debug(
+            log.info(
                 "llm.round",
                 model=model,
                 finish_reason=result.finish_reason,

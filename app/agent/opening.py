@@ -94,7 +94,7 @@ async def _open(
     memory, (conversation_id, transcript) = await asyncio.gather(
         reading, _store_message(request, services, turn_id, deadline)
     )
-    log.debug(
+    log.info(
         "turn.started",
         turn_id=turn_id,
         conversation_id=conversation_id,

@@ -132,8 +132,8 @@ def turn_finished(
     prompt_tokens: int | None = None,
     completion_tokens: int | None = None,
 ) -> None:
-    """The end of every turn: its one line at INFO (what `turn.started` and `llm.round` say at
-    DEBUG, summed up) and the turn metrics. `outcome` is the finish reason, `cancelled`, or the
+    """The end of every turn: its line, which sums the turn up (a reader of one line per turn
+    needs no other), and the turn metrics. `outcome` is the finish reason, `cancelled`, or the
     error code; the conversation and the memory status are absent when the turn never opened."""
     opened = {"conversation_id": conversation_id, "memory_status": memory_status}
     tokens = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
