@@ -16,7 +16,7 @@ from app.agent.request import TurnServices
 from app.concurrency import finish_even_if_cancelled
 from app.memory.flags import FlagStatus
 from app.memory.ledger import MemoryLedger
-from app.memory.projects import Scope
+from app.memory.projects import ProjectNotFoundError, Scope
 from app.memory.provenance import Provenance
 from app.memory.rules import MemoryValidationError, Snapshot
 from app.memory.service import CommitResult
@@ -115,6 +115,13 @@ class CommitPoint:
                 # The person was erased while this turn ran: there is nothing to write into.
                 report_commit(ledger, "failed", ctx.baseline, reason="erased", started=started)
                 return self._seal(finish, "failed", ctx.baseline, reason="erased")
+            except ProjectNotFoundError:
+                # The turn's project was deleted while it ran: its scope is gone, so nothing of
+                # the turn is written anywhere else (not even the user profile's part).
+                report_commit(
+                    ledger, "failed", ctx.baseline, reason="project_deleted", started=started
+                )
+                return self._seal(finish, "failed", ctx.baseline, reason="project_deleted")
             except Exception as error:
                 report_commit(
                     ledger, "failed", ctx.baseline, reason=type(error).__name__, started=started

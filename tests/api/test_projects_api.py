@@ -10,6 +10,7 @@ project's document; deleting a project needs a choice for its conversations."""
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import httpx
@@ -19,7 +20,9 @@ from sqlalchemy import Engine
 from app.main import create_app
 from app.offline.wire import ChatRequest
 from tests.support.apps import api_settings
+from tests.support.gates import Gates
 from tests.support.scripted import (
+    HeldText,
     ScriptedModel,
     Text,
     ToolCall,
@@ -29,6 +32,7 @@ from tests.support.scripted import (
 )
 from tests.support.sse import first, post_chat, text_of
 from tests.support.tokens import dev_auth
+from tests.support.waiting import wait_for
 
 ALICE, MALLORY = dev_auth("alice"), dev_auth("mallory")
 SECRET_A = "Client A's launch is codenamed Bluebird."
@@ -407,3 +411,50 @@ def test_every_route_that_takes_a_project_declares_its_404(sqlite_url: str) -> N
         if "404" not in spec["paths"][path][method.lower()]["responses"]
     ]
     assert undeclared == []
+
+
+@pytest.mark.parametrize("conversations", ["delete", "detach"])
+def test_a_project_deleted_while_a_turn_runs_gets_nothing_of_it(
+    engine: Engine, db_url: str, conversations: str
+) -> None:
+    """A turn in a project stages a project note and a user fact, and is held before its
+    commit; the person deletes the project meanwhile (whatever becomes of its conversations).
+    Released, the turn writes nothing anywhere, not even the user fact, and its memory event
+    says why (`failed`, `project_deleted`). The next turn commits as usual."""
+    gates = Gates()
+    note = {"target": "project", "action": "add", "content": "Client Z ships on Tuesdays."}
+    fact = {"target": "user", "action": "add", "content": "The user is a consultant."}
+    model = ScriptedModel(
+        [
+            memory_call(note, fact),
+            HeldText("Noted.", gates, "answer"),
+            memory_call(fact),
+            Text("Noted again."),
+        ]
+    )
+    events: list[Any] = []
+    with (
+        serve_with_model(api_settings(db_url), model) as url,
+        httpx.Client(base_url=url, timeout=30) as http,
+    ):
+        project = create(http, "Client Z")["id"]
+        body = {"message": "Remember this.", "project_id": project}
+        running = threading.Thread(target=lambda: events.extend(post_chat(url, ALICE, body)[1]))
+        running.start()
+        wait_for(lambda: "answer" in gates.held, "the turn held before its commit")
+        deleted = http.delete(
+            f"/v1/projects/{project}", params={"conversations": conversations}, headers=ALICE
+        )
+        assert deleted.status_code == 204, deleted.text
+        gates.release("answer")
+        running.join(timeout=60)
+        assert not running.is_alive()
+        memory = first(events, "memory").data
+        assert (memory["outcome"], memory["reason"]) == ("failed", "project_deleted")
+        assert http.get("/v1/memory", headers=ALICE).json()["user"]["entries"] == []
+        assert http.get("/v1/memory/history", headers=ALICE).json()["changes"] == []
+
+        _, after = post_chat(url, ALICE, {"message": "Remember that instead."})
+        assert first(after, "memory").data["outcome"] == "committed"
+        assert http.get("/v1/memory", headers=ALICE).json()["user"]["entries"] == [fact["content"]]
+    model.assert_done()

@@ -120,6 +120,7 @@ export function undoOutcome(before, after) {
 
 const FAILURE_REASONS = {
   stale_match: "memory changed in the meantime, so the update no longer applied",
+  project_deleted: "the project was deleted while the answer was written",
 };
 
 function discarded(text) {
