@@ -20,7 +20,7 @@ from app.api.limiting import releasing
 from app.api.project_scope import find_project
 from app.api.sse import event_stream_response
 from app.conversations.repository import Conversation
-from app.conversations.service import TurnNotCurrent
+from app.conversations.service import AfterTurn, TurnNotCurrent
 from app.db.deadline import within
 from app.errors import NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
 from app.operators.limits import Caller
@@ -49,7 +49,7 @@ class ChatBody(BaseModel):
 class ChatRequest:
     message: str
     conversation_id: str | None
-    replaces: str | None
+    replaces: str | AfterTurn | None  # the AI SDK names a replaced turn by its place
     ai_sdk: bool
     project_id: str | None = None
 
@@ -86,13 +86,15 @@ def check_message(message: str, settings: Settings) -> None:
 
 
 def read_request(request: Request, payload: Mapping[str, Any]) -> ChatRequest:
-    """The turn asked for, in either protocol (the AI SDK's has no `replaces`)."""
+    """The turn asked for, in either protocol (the AI SDK's regenerate and edit name the turn
+    they replace by its answer's id or by its place, `ui_stream.ui_replacement`)."""
     if ui_stream.wants_ui_stream(request.headers, request.query_params):
         message, conversation_id = ui_stream.parse_ui_request(payload)
         project_id = payload.get("project_id")
         if project_id is not None and not isinstance(project_id, str):
             raise Unprocessable("project_id must be a string.")
-        return ChatRequest(message, conversation_id, None, ai_sdk=True, project_id=project_id)
+        replaces = ui_stream.ui_replacement(payload) if conversation_id is not None else None
+        return ChatRequest(message, conversation_id, replaces, ai_sdk=True, project_id=project_id)
     body = parse_chat_body(payload)
     return ChatRequest(
         body.message, body.conversation_id, body.replaces, ai_sdk=False, project_id=body.project_id
@@ -129,11 +131,12 @@ def respond(turn: Turn, ai_sdk: bool) -> Response:
 
 
 async def load_history(
-    runtime: Runtime, user_id: str, conversation_id: str, replaces: str | None = None
-) -> tuple[Conversation, tuple[HistoryMessage, ...]]:
-    """The caller's conversation and the recent messages of its current transcript (before the
-    turn `replaces`, when the new turn replaces one); another user's id is simply absent.
-    Bounded like the turn's memory read: a hanging database answers 503 in time."""
+    runtime: Runtime, user_id: str, conversation_id: str, replaces: str | AfterTurn | None = None
+) -> tuple[Conversation, tuple[HistoryMessage, ...], str | None]:
+    """The caller's conversation, the recent messages of its current transcript (before the
+    turn `replaces`, when the new turn replaces one) and the id of the turn it replaces;
+    another user's id is simply absent. Bounded like the turn's memory read: a hanging database
+    answers 503 in time."""
     try:
         found = await within(
             runtime.settings.memory_read_timeout_seconds,
@@ -153,10 +156,11 @@ async def load_history(
         ) from None
     if found is None:
         raise NotFound("No such conversation.")
-    conversation, stored = found
-    return conversation, tuple(
+    conversation, stored, replaced = found
+    history = tuple(
         HistoryMessage(message.role, message.content) for message in stored if message.content
     )
+    return conversation, history, replaced
 
 
 # The 200 answer is a stream of server-sent events (or the AI SDK UI message stream).
@@ -204,8 +208,9 @@ async def chat(
     check_message(wanted.message, runtime.settings)
     conversation: Conversation | None = None
     history: tuple[HistoryMessage, ...] = ()
+    replaces: str | None = None
     if wanted.conversation_id is not None:
-        conversation, history = await load_history(
+        conversation, history, replaces = await load_history(
             runtime, user.subject, wanted.conversation_id, wanted.replaces
         )
     project_id, project_name = await turn_project(runtime, user.subject, wanted, conversation)
@@ -219,7 +224,7 @@ async def chat(
             user_id=user.subject,
             conversation_id=wanted.conversation_id,
             history=history,
-            replaces=wanted.replaces,
+            replaces=replaces,
             project_id=project_id,
             project_name=project_name,
             admission=admission,

@@ -19,11 +19,15 @@ from app.agent.events import (
 )
 from app.api.bodies import not_object
 from app.api.sse import EventStreamResponse
+from app.conversations.service import AfterTurn
 from app.errors import Unprocessable
 
 HEADER = "x-vercel-ai-ui-message-stream"
 VERSION = "v1"
 QUERY_VALUE = "ai-sdk"
+# The id of turn T's answer in the stream's `start` chunk: the AI SDK keeps it as the
+# assistant message's id and sends it back when that answer is regenerated.
+ANSWER_ID_PREFIX = "msg_"
 
 # The headers `createUIMessageStreamResponse` sends in ai@6 (UI_MESSAGE_STREAM_HEADERS).
 HEADERS = {
@@ -86,7 +90,7 @@ class UiChunkEncoder:
                 self._turn_id = event.turn_id
                 start: Chunk = {
                     "type": "start",
-                    "messageId": f"msg_{event.turn_id}",
+                    "messageId": f"{ANSWER_ID_PREFIX}{event.turn_id}",
                     "messageMetadata": event.data(),
                 }
                 return [start, *self._open_step()]
@@ -237,3 +241,43 @@ def parse_ui_request(body: Any) -> tuple[str, str | None]:
     if not text.strip():
         raise Unprocessable("The last user message has no text part.")
     return text, explicit or _conversation_from_history(messages)
+
+
+def ui_replacement(body: Any) -> str | AfterTurn | None:
+    """The turn a `useChat` request replaces, when it regenerates an answer or edits a message
+    (`trigger` with `messageId`, as the AI SDK's Chat sends them); None for a new turn.
+
+    - `regenerate()` naming an answer of ours (`msg_<turn id>`): that turn.
+    - `regenerate()` with no id (the last answer), or `sendMessage({messageId})` (an edited
+      user message): the client has dropped that answer or message, so the list ends with the
+      user's message after the last answer it kept; the replaced turn is the one after that
+      answer's turn on the server (AfterTurn), the conversation's first with no answer kept.
+    """
+    if not isinstance(body, Mapping) or not isinstance(body.get("messages"), list):
+        return None
+    trigger, message_id = body.get("trigger"), body.get("messageId")
+    if trigger == "regenerate-message":
+        if isinstance(message_id, str) and message_id.startswith(ANSWER_ID_PREFIX):
+            return message_id.removeprefix(ANSWER_ID_PREFIX)
+    elif not (trigger == "submit-message" and isinstance(message_id, str) and message_id):
+        return None
+    kept = body["messages"]
+    answers = [
+        message.get("id")
+        for message in kept[: _last_user_index(kept)]
+        if isinstance(message, Mapping) and message.get("role") == "assistant"
+    ]
+    if not answers:
+        return AfterTurn(None)
+    last = answers[-1]
+    if isinstance(last, str) and last.startswith(ANSWER_ID_PREFIX):
+        return AfterTurn(last.removeprefix(ANSWER_ID_PREFIX))
+    return None  # an answer the server did not make: nothing of ours to replace
+
+
+def _last_user_index(messages: list[Any]) -> int:
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            return index
+    return 0

@@ -402,6 +402,27 @@ def first_current_row(connection: Connection, conversation_id: str, turn_id: str
     ).scalar()
 
 
+def turn_after(connection: Connection, conversation_id: str, turn_id: str | None) -> str | None:
+    """The turn that follows `turn_id` in the conversation's current transcript (its first turn
+    when `turn_id` is None); None when there is none, or `turn_id` is not in it."""
+    query = select(conversation_messages.c.turn_id).where(
+        conversation_messages.c.conversation_id == conversation_id, _CURRENT
+    )
+    if turn_id is not None:
+        last_row = connection.execute(
+            select(func.max(conversation_messages.c.id)).where(
+                conversation_messages.c.conversation_id == conversation_id,
+                conversation_messages.c.turn_id == turn_id,
+                _CURRENT,
+            )
+        ).scalar()
+        if last_row is None:
+            return None
+        query = query.where(conversation_messages.c.id > last_row)
+    found = connection.execute(query.order_by(conversation_messages.c.id).limit(1)).scalar()
+    return str(found) if found is not None else None
+
+
 def supersede_from(
     connection: Connection, conversation_id: str, first_row: int, by_turn: str
 ) -> None:

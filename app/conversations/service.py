@@ -46,6 +46,14 @@ class TurnNotCurrent(LookupError):
 
 
 @dataclass(frozen=True)
+class AfterTurn:
+    """A replaced turn named by its place, as the AI SDK's regenerate and edit name it: the
+    turn that follows `turn_id` in the current transcript (None: the conversation's first)."""
+
+    turn_id: str | None
+
+
+@dataclass(frozen=True)
 class SearchResult:
     """One matching message of the owner's: where it is, and a snippet with matches marked."""
 
@@ -102,8 +110,8 @@ class ConversationService:
         return await to_thread(self._messages, user_id, conversation_id, last)
 
     def _history(
-        self, user_id: str, conversation_id: str, last: int, replaces: str | None
-    ) -> tuple[Conversation, list[StoredMessage]] | None:
+        self, user_id: str, conversation_id: str, last: int, replaces: str | AfterTurn | None
+    ) -> tuple[Conversation, list[StoredMessage], str | None] | None:
         if not is_conversation_id(conversation_id):
             return None
         with self.engine.connect() as connection:
@@ -111,6 +119,14 @@ class ConversationService:
             conversation = repository.get(connection, user_id, conversation_id)
             if conversation is None:
                 return None
+            if isinstance(replaces, AfterTurn):
+                # No turn there (the client holds a message the server never stored): the
+                # request is a new turn.
+                after = replaces.turn_id
+                known = after is None or is_conversation_id(after)
+                replaces = (
+                    repository.turn_after(connection, conversation_id, after) if known else None
+                )
             before_id = None
             if replaces is not None:
                 before_id = (
@@ -120,18 +136,28 @@ class ConversationService:
                 )
                 if before_id is None:
                     raise TurnNotCurrent(replaces)
-            return conversation, repository.messages(
-                connection, conversation_id, last=last, current=True, before_id=before_id
+            return (
+                conversation,
+                repository.messages(
+                    connection, conversation_id, last=last, current=True, before_id=before_id
+                ),
+                replaces,
             )
 
     async def history(
-        self, user_id: str, conversation_id: str, *, last: int, replaces: str | None = None
-    ) -> tuple[Conversation, list[StoredMessage]] | None:
-        """The conversation, and what the model reads before a new turn: the last `last`
-        messages of its current transcript (no replaced turn), and when the turn `replaces` one,
-        only those before it. None when the conversation is not the owner's; TurnNotCurrent
-        when `replaces` is not a turn of its current transcript. One connection and one thread
-        hop for both: a continuing turn waits on it before its first text."""
+        self,
+        user_id: str,
+        conversation_id: str,
+        *,
+        last: int,
+        replaces: str | AfterTurn | None = None,
+    ) -> tuple[Conversation, list[StoredMessage], str | None] | None:
+        """The conversation, what the model reads before a new turn (the last `last` messages
+        of its current transcript, no replaced turn; when the turn replaces one, only those
+        before it) and the id of the turn it replaces (`replaces` resolved: an AfterTurn with
+        no turn after it is a new turn, None). None when the conversation is not the owner's;
+        TurnNotCurrent when a named turn is not in its current transcript. One connection and
+        one thread hop for all: a continuing turn waits on it before its first text."""
         return await to_thread(self._history, user_id, conversation_id, last, replaces)
 
     def _rename(self, user_id: str, conversation_id: str, title: str) -> Conversation | None:

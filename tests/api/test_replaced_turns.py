@@ -6,6 +6,7 @@ only by its owner, with a checked title."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -223,4 +224,83 @@ def test_only_the_owner_renames_with_a_checked_title(
     assert [c["title"] for c in listed["conversations"]] == [expected]
     if status == 200:
         assert response.json()["title"] == expected
+    model.assert_done()
+
+
+def ui_message(role: str, text: str, message_id: str) -> dict[str, Any]:
+    return {"id": message_id, "role": role, "parts": [{"type": "text", "text": text}]}
+
+
+def ui_chat(url: str, user: str, body: dict[str, Any]) -> list[Event]:
+    """A turn in the AI SDK's protocol: its `start` chunk's metadata, as a `start` event."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        response = client.post("/v1/chat?protocol=ai-sdk", json=body, headers=dev_auth(user))
+    assert response.status_code == 200, response.text
+    chunks = [
+        line.removeprefix("data: ")
+        for line in response.text.splitlines()
+        if line.startswith("data: {")
+    ]
+    start = next(json.loads(chunk) for chunk in chunks if '"type":"start"' in chunk)
+    return [Event("start", start["messageMetadata"])]
+
+
+def test_the_ai_sdk_regenerate_and_edit_replace_the_turn_they_name(
+    engine: Engine, db_url: str
+) -> None:
+    """useChat's bodies: regenerate() names the answer (`msg_<turn>`) or, with no id, replaces
+    the turn after the last answer the client kept; an edit (`submit-message` with the edited
+    message's id) replaces the turn after the answer before it. Each keeps the replaced turn as
+    superseded, and the model reads only what comes before it."""
+    user = user_id()
+    model = ScriptedModel([Text(f"Answer {n}.") for n in range(5)])
+    with server(db_url, model) as (url, _runtime):
+        conversation, turn_1 = ids(chat(url, user, message="First?"))
+        _, turn_2 = ids(chat(url, user, message="Second?", conversation_id=conversation))
+        kept = [
+            ui_message("user", "First?", "u1"),
+            ui_message("assistant", "Answer 0.", f"msg_{turn_1}"),
+            ui_message("user", "Second?", "u2"),
+        ]
+        meta = {"conversation_id": conversation}
+        _, turn_3 = ids(
+            ui_chat(url, user, {"messages": kept, "trigger": "regenerate-message", **meta})
+        )
+        _, turn_4 = ids(
+            ui_chat(
+                url,
+                user,
+                {
+                    "messages": kept,
+                    "trigger": "regenerate-message",
+                    "messageId": f"msg_{turn_3}",
+                    **meta,
+                },
+            )
+        )
+        edited = [*kept[:2], ui_message("user", "Second, edited?", "u2")]
+        _, turn_5 = ids(
+            ui_chat(
+                url,
+                user,
+                {"messages": edited, "trigger": "submit-message", "messageId": "u2", **meta},
+            )
+        )
+        messages = transcript(url, user, conversation)["messages"]
+    assert [(m["turn_id"], m["superseded_by"]) for m in messages] == [
+        (turn_1, None),
+        (turn_1, None),
+        (turn_2, turn_3),
+        (turn_2, turn_3),
+        (turn_3, turn_4),
+        (turn_3, turn_4),
+        (turn_4, turn_5),
+        (turn_4, turn_5),
+        (turn_5, None),
+        (turn_5, None),
+    ]
+    assert messages[8]["content"] == "Second, edited?"
+    for request in model.requests[2:]:
+        assert spoken(request)[:2] == [("user", "First?"), ("assistant", "Answer 0.")]
+        assert len(spoken(request)) == 3
     model.assert_done()

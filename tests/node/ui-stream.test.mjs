@@ -173,6 +173,60 @@ test("AbstractChat (what useChat runs) keeps one server conversation across turn
   assert.equal(listed.status, 200);
 });
 
+async function transcriptOf(conversationId) {
+  const response = await fetch(`${BASE}/v1/conversations/${encodeURIComponent(conversationId)}`, { headers: auth(TOKEN) });
+  assert.equal(response.status, 200);
+  return (await response.json()).messages;
+}
+
+const current = (messages) => messages.filter((message) => message.superseded_by === null);
+const turnsOf = (messages) => [...new Set(messages.map((message) => message.turn_id))];
+
+test("regenerate() and an edit (sendMessage with messageId) replace the server's turn", async () => {
+  await forget(TOKEN);
+  const errors = [];
+  const chat = new PlainChat({
+    transport: new DefaultChatTransport({ api: `${BASE}/v1/chat?protocol=ai-sdk`, headers: auth(TOKEN) }),
+    onError: (error) => errors.push(error),
+  });
+  await chat.sendMessage({ text: "what is a quagga?" });
+  await chat.sendMessage({ text: "and a zebra?" });
+  const conversationId = chat.messages[1].metadata.conversation_id;
+  const [first, second] = [chat.messages[1].metadata.turn_id, chat.messages[3].metadata.turn_id];
+  assert.equal(chat.messages[3].id, `msg_${second}`, "the answer keeps the id of our start chunk");
+
+  // regenerate() with no id: the last answer, named by its place.
+  await chat.regenerate();
+  assert.deepEqual(errors, []);
+  assert.equal(chat.messages.length, 4);
+  const regenerated = chat.messages[3].metadata.turn_id;
+  assert.equal(chat.messages[3].metadata.conversation_id, conversationId);
+  assert.notEqual(regenerated, second);
+  let messages = await transcriptOf(conversationId);
+  assert.deepEqual(turnsOf(current(messages)), [first, regenerated]);
+  assert.deepEqual(current(messages).map((message) => message.role), ["user", "assistant", "user", "assistant"]);
+  assert.equal(current(messages)[2].content, "and a zebra?", "regenerate sends the same question again");
+  assert.deepEqual(messages.filter((message) => message.turn_id === second).map((message) => message.superseded_by),
+    [regenerated, regenerated], "the replaced turn is kept, superseded by the new one");
+
+  // regenerate({messageId}): the answer named by its id.
+  await chat.regenerate({ messageId: chat.messages[3].id });
+  const named = chat.messages[3].metadata.turn_id;
+  messages = await transcriptOf(conversationId);
+  assert.deepEqual(turnsOf(current(messages)), [first, named]);
+
+  // An edit of the second message: the turn after the first answer, replaced by the new text.
+  await chat.sendMessage({ text: "and an okapi?", messageId: chat.messages[2].id });
+  assert.deepEqual(errors, []);
+  assert.equal(chat.messages.length, 4);
+  const edited = chat.messages[3].metadata.turn_id;
+  assert.equal(chat.messages[3].metadata.conversation_id, conversationId);
+  messages = await transcriptOf(conversationId);
+  assert.deepEqual(turnsOf(current(messages)), [first, edited]);
+  assert.equal(current(messages)[2].content, "and an okapi?");
+  assert.equal(messages.length, 10, "four turns of two messages and the current two: nothing deleted");
+});
+
 test("an error is delivered to useChat's onError, with status error", async () => {
   const errors = [];
   const chat = new PlainChat({

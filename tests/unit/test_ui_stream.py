@@ -20,7 +20,8 @@ from app.agent.events import (
     ToolEvent,
     TurnEvent,
 )
-from app.api.ui_stream import _body, parse_ui_request, ui_chunks, wants_ui_stream
+from app.api.ui_stream import _body, parse_ui_request, ui_chunks, ui_replacement, wants_ui_stream
+from app.conversations.service import AfterTurn
 from app.errors import Unprocessable
 from app.memory.rules import MemoryUsage
 
@@ -226,3 +227,87 @@ def test_unusable_bodies_are_422(body: Any) -> None:
     """A body with no user text is rejected with a clear reason, before any turn starts."""
     with pytest.raises(Unprocessable):
         parse_ui_request(body)
+
+
+T1, T2 = "3f2a1c9e-7b44-4d0e-9a51-0c6e8d2b7f10", "9b8c7d6e-5f4a-4b3c-8d2e-1f0a9b8c7d6e"
+
+
+def _answer(turn: str) -> dict[str, Any]:
+    """An answer as the AI SDK keeps it: the id our `start` chunk gave it."""
+    return {"id": f"msg_{turn}", "role": "assistant", "parts": [{"type": "text", "text": "ok"}]}
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"messages": [_ui("user", "a")], "trigger": "submit-message"}, None),
+        (
+            {"messages": [_ui("user", "a"), _answer(T1), _ui("user", "b")]},
+            None,
+        ),
+        (
+            {
+                "messages": [_ui("user", "a")],
+                "trigger": "regenerate-message",
+                "messageId": f"msg_{T1}",
+            },
+            T1,
+        ),
+        (
+            {
+                "messages": [_ui("user", "a"), _answer(T1), _ui("user", "b")],
+                "trigger": "regenerate-message",
+            },
+            AfterTurn(T1),
+        ),
+        ({"messages": [_ui("user", "a")], "trigger": "regenerate-message"}, AfterTurn(None)),
+        (
+            {
+                "messages": [
+                    _ui("user", "a"),
+                    _answer(T1),
+                    _ui("user", "b"),
+                    _answer(T2),
+                    _ui("user", "c2"),
+                ],
+                "trigger": "submit-message",
+                "messageId": "m-user-c",
+            },
+            AfterTurn(T2),
+        ),
+        (
+            {
+                "messages": [_ui("user", "a2")],
+                "trigger": "submit-message",
+                "messageId": "m-user-a",
+            },
+            AfterTurn(None),
+        ),
+        (
+            {
+                "messages": [_ui("user", "a"), _ui("assistant", "theirs"), _ui("user", "b")],
+                "trigger": "regenerate-message",
+            },
+            None,
+        ),
+        ({"message": "plain", "trigger": "regenerate-message"}, None),
+    ],
+    ids=[
+        "new-turn",
+        "no-trigger",
+        "regenerate-named-answer",
+        "regenerate-last-answer",
+        "regenerate-first-answer",
+        "edit",
+        "edit-first-message",
+        "answer-not-ours",
+        "plain-body",
+    ],
+)
+def test_use_chat_regenerate_and_edit_name_the_turn_they_replace(
+    body: dict[str, Any], expected: str | AfterTurn | None
+) -> None:
+    """regenerate() and sendMessage({messageId}) replace a turn: the one whose answer is named,
+    else the one after the last answer the client kept (the first with none); any other body,
+    or an answer the server did not make, is a new turn."""
+    assert ui_replacement(body) == expected
