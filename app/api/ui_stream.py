@@ -255,13 +255,12 @@ def ui_replacement(body: Any) -> str | AfterTurn | None:
     """
     if not isinstance(body, Mapping) or not isinstance(body.get("messages"), list):
         return None
-    trigger, message_id = body.get("trigger"), body.get("messageId")
+    trigger, message_id, kept = body.get("trigger"), body.get("messageId"), body["messages"]
     if trigger == "regenerate-message":
         if isinstance(message_id, str) and message_id.startswith(ANSWER_ID_PREFIX):
             return message_id.removeprefix(ANSWER_ID_PREFIX)
-    elif not (trigger == "submit-message" and isinstance(message_id, str) and message_id):
+    elif trigger != "submit-message" or not _is_edit(kept, message_id):
         return None
-    kept = body["messages"]
     answers = [
         message.get("id")
         for message in kept[: _last_user_index(kept)]
@@ -273,6 +272,18 @@ def ui_replacement(body: Any) -> str | AfterTurn | None:
     if isinstance(last, str) and last.startswith(ANSWER_ID_PREFIX):
         return AfterTurn(last.removeprefix(ANSWER_ID_PREFIX))
     return None  # an answer the server did not make: nothing of ours to replace
+
+
+def _is_edit(messages: list[Any], message_id: Any) -> bool:
+    """An edited message is sent last, under its own id (anything else that names a message,
+    such as a tool approval's continuation, is not an edit)."""
+    last = messages[-1] if messages else None
+    return (
+        isinstance(message_id, str)
+        and isinstance(last, Mapping)
+        and last.get("role") == "user"
+        and last.get("id") == message_id
+    )
 
 
 def _last_user_index(messages: list[Any]) -> int:

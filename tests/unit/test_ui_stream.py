@@ -268,7 +268,7 @@ def _answer(turn: str) -> dict[str, Any]:
                     _answer(T1),
                     _ui("user", "b"),
                     _answer(T2),
-                    _ui("user", "c2"),
+                    _ui("user", "c2", id="m-user-c"),
                 ],
                 "trigger": "submit-message",
                 "messageId": "m-user-c",
@@ -277,7 +277,7 @@ def _answer(turn: str) -> dict[str, Any]:
         ),
         (
             {
-                "messages": [_ui("user", "a2")],
+                "messages": [_ui("user", "a2", id="m-user-a")],
                 "trigger": "submit-message",
                 "messageId": "m-user-a",
             },
@@ -291,6 +291,22 @@ def _answer(turn: str) -> dict[str, Any]:
             None,
         ),
         ({"message": "plain", "trigger": "regenerate-message"}, None),
+        (
+            {
+                "messages": [_ui("user", "a"), _answer(T1)],
+                "trigger": "submit-message",
+                "messageId": f"msg_{T1}",
+            },
+            None,
+        ),
+        (
+            {
+                "messages": [_ui("user", "a"), _answer(T1), _ui("user", "b")],
+                "trigger": "submit-message",
+                "messageId": "m-user-a",
+            },
+            None,
+        ),
     ],
     ids=[
         "new-turn",
@@ -302,6 +318,8 @@ def _answer(turn: str) -> dict[str, Any]:
         "edit-first-message",
         "answer-not-ours",
         "plain-body",
+        "continuation-not-an-edit",
+        "named-message-not-last",
     ],
 )
 def test_use_chat_regenerate_and_edit_name_the_turn_they_replace(
