@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     # kids must not become a flood of requests to the identity provider).
     auth_jwks_refresh_cooldown_seconds: float = Field(default=30.0, ge=0, le=3600)
     auth_jwks_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
+    # A token verified once is accepted from memory (until it expires) for at most this long
+    # before it is verified again; 0 verifies every request (app/api/auth.py, VerifiedTokens).
+    auth_verified_cache_seconds: float = Field(default=60.0, ge=0, le=3600)
 
     # HTTP
     max_request_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import time
 import unicodedata
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import jwt
@@ -37,6 +38,8 @@ OPERATOR_ROLE = "operator"
 class Identity:
     subject: str
     roles: frozenset[str] = frozenset()
+    # The token's `exp` (epoch seconds), when it came from a token.
+    expires_at: float | None = field(default=None, compare=False)
 
 
 class InvalidToken(Unauthorized):
@@ -45,6 +48,10 @@ class InvalidToken(Unauthorized):
 
 class TokenVerifier(Protocol):
     async def verify(self, token: str) -> Identity: ...
+
+    def keys_version(self) -> int:
+        """Changes whenever the keys tokens are checked against may have changed."""
+        ...
 
 
 # -- claims to identity ---------------------------------------------------------------------
@@ -105,7 +112,9 @@ def identity_from_claims(claims: Mapping[str, Any]) -> Identity:
         if isinstance(raw_roles, list)
         else frozenset()
     )
-    return Identity(subject=subject, roles=roles)
+    expires = claims.get("exp")
+    expires_at = float(expires) if isinstance(expires, int | float) else None
+    return Identity(subject=subject, roles=roles, expires_at=expires_at)
 
 
 # -- dev mode -------------------------------------------------------------------------------
@@ -149,6 +158,9 @@ class DevTokens:
 
     async def verify(self, token: str) -> Identity:
         return self.decode(token)
+
+    def keys_version(self) -> int:
+        return 0  # the dev secret never changes
 
 
 # -- oidc mode ------------------------------------------------------------------------------
@@ -207,11 +219,78 @@ class OidcVerifier:
             raise rejection(error) from None
         return identity_from_claims(claims)
 
+    def keys_version(self) -> int:
+        return getattr(self.jwks, "fetches", 0)  # CountingJwksClient counts its fetches
 
-def build_jwks_client(settings: Settings) -> PyJWKClient:
+
+class VerifiedTokens:
+    """A verifier's answers, remembered: a token it accepted is accepted again from memory
+    until `exp` (with the same leeway) and for at most `seconds` after it was verified, so a
+    chat's many requests pay the signature, the claims and (with OIDC) the key lookup's thread
+    hop once a minute instead of on every request. A refused token is never remembered. At
+    most `size` tokens are held, the oldest forgotten first. Every answer is forgotten when the
+    verifier's keys may have changed (`keys_version`: OIDC's JWKS fetches), so a retired key's
+    tokens are refused as soon as the new set is fetched, as without this memory."""
+
+    def __init__(
+        self,
+        inner: TokenVerifier,
+        *,
+        seconds: float,
+        leeway_seconds: float,
+        size: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.inner = inner
+        self.seconds = seconds
+        self.leeway_seconds = leeway_seconds
+        self.size = size
+        self._clock, self._wall = clock, wall_clock
+        self._seen: OrderedDict[str, tuple[Identity, float, float]] = OrderedDict()
+        self._keys = inner.keys_version()
+
+    def keys_version(self) -> int:
+        return self.inner.keys_version()
+
+    async def verify(self, token: str) -> Identity:
+        keys = self.inner.keys_version()
+        if keys != self._keys:
+            self._seen.clear()
+            self._keys = keys
+        seen = self._seen.get(token)
+        if seen is not None:
+            identity, until, expires = seen
+            if self._clock() < until and self._wall() < expires:
+                return identity
+            del self._seen[token]
+        identity = await self.inner.verify(token)
+        if identity.expires_at is not None and self.inner.keys_version() == self._keys:
+            self._seen[token] = (
+                identity,
+                self._clock() + self.seconds,
+                identity.expires_at + self.leeway_seconds,
+            )
+            if len(self._seen) > self.size:
+                self._seen.popitem(last=False)
+        return identity
+
+
+class CountingJwksClient(PyJWKClient):
+    """PyJWKClient counting its fetches of the key set (each one may change the keys)."""
+
+    fetches = 0
+
+    def fetch_data(self) -> Any:
+        data = super().fetch_data()
+        self.fetches += 1
+        return data
+
+
+def build_jwks_client(settings: Settings) -> CountingJwksClient:
     """Constructing the client fetches nothing; the first token does."""
     assert settings.auth_jwks_url is not None
-    return PyJWKClient(
+    return CountingJwksClient(
         settings.auth_jwks_url,
         cache_jwk_set=True,
         lifespan=settings.auth_jwks_cache_seconds,
@@ -221,25 +300,34 @@ def build_jwks_client(settings: Settings) -> PyJWKClient:
 
 
 def build_verifier(settings: Settings) -> tuple[TokenVerifier, DevTokens | None]:
-    """The verifier for the configured mode, and the dev token issuer when in dev mode."""
+    """The verifier for the configured mode (its answers remembered for
+    AUTH_VERIFIED_CACHE_SECONDS), and the dev token issuer when in dev mode."""
+    dev: DevTokens | None = None
+    verifier: TokenVerifier
     if settings.auth_mode == "dev":
         if settings.auth_dev_secret is None:
             raise ValueError("AUTH_MODE=dev needs AUTH_DEV_SECRET (or its secret file)")
-        dev = DevTokens(
+        verifier = dev = DevTokens(
             settings.auth_dev_secret.get_secret_value(),
             ttl_seconds=settings.auth_dev_token_ttl_seconds,
             leeway_seconds=settings.auth_leeway_seconds,
         )
-        return dev, dev
-    assert settings.auth_issuer is not None and settings.auth_audience is not None
-    verifier = OidcVerifier(
-        build_jwks_client(settings),
-        issuer=settings.auth_issuer,
-        audience=settings.auth_audience,
-        algorithms=settings.auth_algorithms,
-        leeway_seconds=settings.auth_leeway_seconds,
-    )
-    return verifier, None
+    else:
+        assert settings.auth_issuer is not None and settings.auth_audience is not None
+        verifier = OidcVerifier(
+            build_jwks_client(settings),
+            issuer=settings.auth_issuer,
+            audience=settings.auth_audience,
+            algorithms=settings.auth_algorithms,
+            leeway_seconds=settings.auth_leeway_seconds,
+        )
+    if settings.auth_verified_cache_seconds > 0:
+        verifier = VerifiedTokens(
+            verifier,
+            seconds=settings.auth_verified_cache_seconds,
+            leeway_seconds=settings.auth_leeway_seconds,
+        )
+    return verifier, dev
 
 
 # -- the request edge -----------------------------------------------------------------------
