@@ -20,12 +20,18 @@ def get_runtime(request: Request) -> Runtime:
     return runtime
 
 
-def get_settings_dep(request: Request) -> Settings:
+# Dependencies are `async def`: FastAPI sends a plain `def` dependency to a worker thread, a
+# thread hop per request to read an attribute.
+async def runtime_dep(request: Request) -> Runtime:
+    return get_runtime(request)
+
+
+async def settings_dep(request: Request) -> Settings:
     return get_runtime(request).settings
 
 
-RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
-SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+RuntimeDep = Annotated[Runtime, Depends(runtime_dep)]
+SettingsDep = Annotated[Settings, Depends(settings_dep)]
 
 
 async def current_user(request: Request) -> AsyncIterator[Identity]:
