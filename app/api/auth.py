@@ -230,7 +230,8 @@ class VerifiedTokens:
     hop once a minute instead of on every request. A refused token is never remembered. At
     most `size` tokens are held, the oldest forgotten first. Every answer is forgotten when the
     verifier's keys may have changed (`keys_version`: OIDC's JWKS fetches), so a retired key's
-    tokens are refused as soon as the new set is fetched, as without this memory."""
+    tokens are refused as soon as the new set is fetched, as without this memory; an answer
+    given while the keys changed is not remembered."""
 
     def __init__(
         self,

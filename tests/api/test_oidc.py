@@ -165,3 +165,34 @@ async def test_jwks_fetch_does_not_block_the_event_loop(
             assert not pending.done()
             jwks.release.set()
             assert (await pending).status_code == 200
+
+
+def test_a_verified_token_is_not_verified_again_within_its_window(
+    jwks: JwksServer, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the key set is fetched, a token's second and later requests skip the signing-key
+    lookup (and its worker-thread hop); with AUTH_VERIFIED_CACHE_SECONDS=0 every request looks
+    the key up. A refused token is looked up every time. (A verification during which the key
+    set was fetched is not remembered: the first request of a process, here the warm-up.)"""
+    from app.api.auth import CountingJwksClient
+
+    lookups: list[str] = []
+    original = CountingJwksClient.get_signing_key
+
+    def counting(client: CountingJwksClient, kid: str) -> object:
+        lookups.append(kid)
+        return original(client, kid)
+
+    monkeypatch.setattr(CountingJwksClient, "get_signing_key", counting)
+    token = RSA_KEY.sign(oidc_claims("alice"))
+    forged = IMPOSTOR.sign(oidc_claims("mallory"))
+    for seconds, expected in ((60.0, 1), (0.0, 3)):
+        lookups.clear()
+        settings = oidc_settings(sqlite_url, jwks.url, auth_verified_cache_seconds=seconds)
+        with app_client(settings) as client:
+            assert _status(client, EC_KEY.sign(oidc_claims("warm-up"))) == 200
+            lookups.clear()
+            assert [_status(client, token) for _ in range(3)] == [200] * 3
+            assert len(lookups) == expected
+            assert [_status(client, forged) for _ in range(2)] == [401] * 2
+            assert len(lookups) == expected + 2
