@@ -66,8 +66,9 @@ async def open_turn(
     database, bounded by DB_QUEUE_TIMEOUT_SECONDS and DB_QUEUE_LIMIT, past which the turn
     fails with `database_busy` before anything is answered (a turn that cannot be stored is
     never answered silently)."""
+    stored = request.written is not None and request.written.committed
     try:
-        async with admitted(OPENING_SLOTS):
+        async with admitted(1 if stored else OPENING_SLOTS):
             return await _open(request, services, turn_id, uses_memory, cancel_event)
     except DatabaseBusyError:
         log.warning("turn.database_busy", turn_id=turn_id)
@@ -85,15 +86,16 @@ async def _open(
     opened_at = flags.now() if flags is not None else None
     begun_at = audit.now()
     deadline = asyncio.get_running_loop().time() + services.settings.memory_read_timeout_seconds
-    reading = asyncio.ensure_future(_load_memory(request, services, turn_id, uses_memory, deadline))
-    try:
-        await asyncio.wait({reading}, timeout=STORE_AFTER_SECONDS)
-    except asyncio.CancelledError:
-        reading.cancel()
-        raise
-    memory, (conversation_id, transcript) = await asyncio.gather(
-        reading, _store_message(request, services, turn_id, deadline)
-    )
+    written = request.written
+    conversation_id: str | None
+    transcript: TranscriptStatus
+    if written is not None and written.committed:  # stored by the route, with its admission
+        memory = await _load_memory(request, services, turn_id, uses_memory, deadline)
+        conversation_id, transcript = written.conversation_id, "stored"
+    else:
+        memory, (conversation_id, transcript) = await _read_and_store(
+            request, services, turn_id, uses_memory, deadline
+        )
     log.info(
         "turn.started",
         turn_id=turn_id,
@@ -120,6 +122,18 @@ async def _open(
         project_id=request.project_id,
         project_name=request.project_name,
     )
+
+
+async def _read_and_store(
+    request: TurnRequest, services: TurnServices, turn_id: str, uses_memory: bool, deadline: float
+) -> tuple[_Memory, tuple[str | None, TranscriptStatus]]:
+    reading = asyncio.ensure_future(_load_memory(request, services, turn_id, uses_memory, deadline))
+    try:
+        await asyncio.wait({reading}, timeout=STORE_AFTER_SECONDS)
+    except asyncio.CancelledError:
+        reading.cancel()
+        raise
+    return await asyncio.gather(reading, _store_message(request, services, turn_id, deadline))
 
 
 async def _load_memory(
@@ -172,18 +186,27 @@ async def _store_message(
     if user_id is None or not request.store_transcript or conversations is None:
         return existing, "disabled"
     message, seconds = request.message, remaining(deadline)
+    # The route's try with its admission failed (`MessageWrite`): it may have committed anyway.
+    tried = request.written
     try:
         if existing is None:
             created = await within(
                 seconds,
-                lambda: conversations.create(user_id, turn_id, message, request.project_id),
+                lambda: conversations.create(
+                    user_id,
+                    turn_id,
+                    message,
+                    request.project_id,
+                    conversation_id=tried.conversation_id if tried else None,
+                    retried=tried is not None,
+                ),
                 what="conversation create",
             )
             return created, "stored" if created is not None else "unavailable"
         stored = await within(
             seconds,
             lambda: conversations.append(
-                existing, turn_id, "user", message, replaces=request.replaces
+                existing, turn_id, "user", message, replaces=request.replaces, retried=bool(tried)
             ),
             what="transcript append",
         )

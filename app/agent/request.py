@@ -27,6 +27,18 @@ class HistoryMessage:
 
 
 @dataclass(frozen=True)
+class MessageWrite:
+    """The user message's write as the route tried it, in its admission's transaction
+    (`LimitStore.admit_with`): into `conversation_id`, the existing conversation or the id a new
+    one takes. `committed`: stored. Otherwise the opening stores it, looking first for a commit
+    the failed try may have made all the same."""
+
+    conversation_id: str
+    new: bool
+    committed: bool
+
+
+@dataclass(frozen=True)
 class TurnRequest:
     """A validated request. `user_id` is the verified subject; None on the memory-free route.
     `conversation_id` is an existing conversation the caller owns, or None to start one.
@@ -48,6 +60,9 @@ class TurnRequest:
     # The admission the route took the turn's stream slot with: the transaction of the turn's
     # answer row frees the slot (`LimitStore.release_with`). None: no slot to free.
     admission: Admission | None = None
+    # The user message's write, when the route tried it with the admission (None: the opening
+    # stores the message).
+    written: MessageWrite | None = None
 
 
 @dataclass(frozen=True)

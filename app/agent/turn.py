@@ -44,12 +44,20 @@ TRANSCRIPT_FAILED_MESSAGE = (
 class Turn:
     """One turn. Build it, then `await run(emit)` (or iterate `streaming.stream_turn`)."""
 
-    def __init__(self, agent: Agent, request: TurnRequest, services: TurnServices) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        request: TurnRequest,
+        services: TurnServices,
+        *,
+        turn_id: str | None = None,
+    ) -> None:
         self.agent = agent
         self.request = request
         self.services = services
-        self.turn_id = new_turn_id()
+        self.turn_id = turn_id or new_turn_id()  # the route's, when it stored the message
         self.cancel_event = CancelFlag()
+        self._ran = False
         self.context: TurnContext | None = None
         self.commit_point = CommitPoint(services)
         self._transcript: asyncio.Future[bool] | None = None
@@ -59,6 +67,7 @@ class Turn:
         return self.commit_point.settled
 
     async def run(self, emit: Emit) -> None:
+        self._ran = True
         started = time.perf_counter()
         progress = Progress(model=self.agent.model.primary)
         outcome = "failed"
@@ -150,6 +159,13 @@ class Turn:
         emit(DoneEvent(settled.finish, progress.usage))
         return settled.finish
 
+    async def end_unplayed(self) -> None:
+        """For a response that ended before the turn ran (its client left first): a user
+        message the route already stored gets the turn's one assistant row, `interrupted`."""
+        if not self._ran:
+            self._ran = True
+            await self._end_transcript(Progress(model=self.agent.model.primary), "interrupted")
+
     def _discard(self) -> None:
         if self.context is not None:
             self.context.ledger = None
@@ -164,18 +180,28 @@ class Turn:
         return await finish_even_if_cancelled(self._transcript)
 
     async def _store_answer(self, progress: Progress, status: MessageStatus) -> bool:
-        conversations, ctx = self.services.conversations, self.context
-        if ctx is None:
+        conversations, ctx, written = (
+            self.services.conversations,
+            self.context,
+            self.request.written,
+        )
+        if ctx is not None:
+            conversation_id = ctx.conversation_id
+        elif written is not None and written.committed:
+            # The turn ended before its start (cancelled, or the database too busy to open it),
+            # but the route had stored its message: the answer's row still follows it.
+            conversation_id = written.conversation_id
+        else:
             return True
         spent, release = self._spent(progress), self._slot_release()
         if (
-            ctx.conversation_id is not None
+            conversation_id is not None
             and conversations is not None
             and self.request.store_transcript
         ):
             return await conversations.append(
-                ctx.conversation_id,
-                ctx.turn_id,
+                conversation_id,
+                self.turn_id,
                 "assistant",
                 progress.answer,
                 status,

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.responses import Response
 
-from app.agent.request import HistoryMessage, TurnRequest, TurnServices
+from app.agent.context import new_turn_id
+from app.agent.request import HistoryMessage, MessageWrite, TurnRequest, TurnServices
 from app.agent.streaming import stream_turn, stream_turn_batches
 from app.agent.turn import Turn
 from app.api import ui_stream
@@ -20,7 +21,7 @@ from app.api.limiting import releasing
 from app.api.project_scope import find_project
 from app.api.sse import event_stream_response
 from app.conversations.repository import Conversation
-from app.conversations.service import AfterTurn, TurnNotCurrent
+from app.conversations.service import AfterTurn, TurnNotCurrent, new_conversation_id
 from app.db.deadline import within
 from app.errors import NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
 from app.operators.limits import Caller
@@ -215,8 +216,26 @@ async def chat(
         )
     project_id, project_name = await turn_project(runtime, user.subject, wanted, conversation)
     agent = await runtime.agents.chat()
-    # Last before the stream: a refused turn answers 429 with nothing read or written.
-    admission = await runtime.limits.admit(Caller.user(user.subject), runtime.user_limits())
+    turn_id = new_turn_id()
+    # Last before the stream: a refused turn answers 429 with nothing read or written. The
+    # user's message is stored in the admission's transaction when there is one.
+    written = MessageWrite(
+        wanted.conversation_id or new_conversation_id(), new=conversation is None, committed=False
+    )
+    limits = runtime.user_limits()
+    admission, stored = await runtime.limits.admit_with(
+        Caller.user(user.subject),
+        limits,
+        runtime.conversations.user_message(
+            user.subject,
+            turn_id,
+            wanted.message,
+            conversation_id=written.conversation_id,
+            new=written.new,
+            project_id=project_id,
+            replaces=replaces,
+        ),
+    )
     turn = Turn(
         agent,
         TurnRequest(
@@ -228,6 +247,7 @@ async def chat(
             project_id=project_id,
             project_name=project_name,
             admission=admission,
+            written=None if limits.off else replace(written, committed=stored is not None),
         ),
         TurnServices(
             settings=runtime.settings,
@@ -239,5 +259,8 @@ async def chat(
             usage=runtime.usage,
             limits=runtime.limits,  # the stream slot goes with the answer row
         ),
+        turn_id=turn_id,
     )
-    return releasing(respond(turn, wanted.ai_sdk), runtime, admission)
+    # A client that leaves before the turn runs: its stored message still gets its answer row.
+    unplayed = turn.end_unplayed if stored is not None else None
+    return releasing(respond(turn, wanted.ai_sdk), runtime, admission, unplayed)

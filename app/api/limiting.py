@@ -5,22 +5,34 @@ ended, however it ended, unless the turn's last row already freed it in its own 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.operators.limits import Admission
 from app.runtime import Runtime
 
+Unplayed = Callable[[], Awaitable[None]]
+
 
 class ReleasingResponse(Response):
-    """Serves `inner`, then releases the admission: after the last byte, a client that left,
-    a cut stream or a failure while sending alike."""
+    """Serves `inner`, then ends what the turn did not (`unplayed`: the row of a turn that never
+    ran) and releases the admission: after the last byte, a client that left, a cut stream or a
+    failure while sending alike."""
 
-    def __init__(self, inner: Response, runtime: Runtime, admission: Admission) -> None:
+    def __init__(
+        self,
+        inner: Response,
+        runtime: Runtime,
+        admission: Admission,
+        unplayed: Unplayed | None = None,
+    ) -> None:
         # Nothing of its own to send: the inner response sends status, headers and body.
         self.inner = inner
         self.runtime = runtime
         self.admission = admission
+        self.unplayed = unplayed
         self.status_code = inner.status_code
         self.background = None
         self.raw_headers = inner.raw_headers
@@ -31,11 +43,18 @@ class ReleasingResponse(Response):
         try:
             await self.inner(scope, receive, send)
         finally:
-            await self.runtime.limits.release(self.admission)
+            try:
+                if self.unplayed is not None:
+                    await self.unplayed()  # its row frees the slot, when it has one
+            finally:
+                await self.runtime.limits.release(self.admission)
 
 
-def releasing(response: Response, runtime: Runtime, admission: Admission) -> Response:
-    """`response`, releasing the admission's stream slot (if it took one) when it has ended."""
-    if admission.lease_id is None:
+def releasing(
+    response: Response, runtime: Runtime, admission: Admission, unplayed: Unplayed | None = None
+) -> Response:
+    """`response`, releasing the admission's stream slot (if it took one) when it has ended,
+    after `unplayed` (if given)."""
+    if admission.lease_id is None and unplayed is None:
         return response
-    return ReleasingResponse(response, runtime, admission)
+    return ReleasingResponse(response, runtime, admission, unplayed)

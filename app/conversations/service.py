@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -309,44 +309,66 @@ class ConversationService:
             if connection.dialect.name == "postgresql" and not self.durable:
                 connection.exec_driver_sql("SET LOCAL synchronous_commit TO OFF; COMMIT")
 
+    def user_message(
+        self,
+        user_id: str,
+        turn_id: str,
+        message: str,
+        *,
+        conversation_id: str,
+        new: bool,
+        project_id: str | None = None,
+        replaces: str | None = None,
+    ) -> Callable[[Connection], str]:
+        """The turn's user message as work for a transaction of the caller's (the limits'
+        admission, `LimitStore.admit_with`): a new conversation `conversation_id` holding it,
+        or appended to the existing one. The work returns the conversation's id."""
+
+        def write(connection: Connection) -> str:
+            if new:
+                _create_on(connection, conversation_id, user_id, turn_id, message, project_id)
+            else:
+                _append_on(connection, conversation_id, turn_id, "user", message, replaces)
+            return conversation_id
+
+        return write
+
     def _create(
-        self, user_id: str, turn_id: str, first_message: str, project_id: str | None = None
+        self,
+        user_id: str,
+        turn_id: str,
+        first_message: str,
+        project_id: str | None = None,
+        conversation_id: str | None = None,
+        retried: bool = False,
     ) -> str:
-        conversation_id = new_conversation_id()
+        conversation_id = conversation_id or new_conversation_id()
         # One transaction (one commit) for the conversation and its first message: this write
         # stands between the request and the first streamed text.
-        stamp = repository.now()
         with self._transcript_write() as connection:
-            if project_id is not None:
-                repository.hold_project(connection, user_id, project_id)
-            repository.create(
-                connection,
-                conversation_id,
-                user_id,
-                title_from_message(first_message),
-                stamp=stamp,
-                project_id=project_id,
-            )
-            repository.add_message(
-                connection,
-                conversation_id,
-                turn_id,
-                "user",
-                first_message,
-                "complete",
-                stamp=stamp,
-                touch=False,
-            )
+            if retried and repository.has_message(connection, conversation_id, turn_id, "user"):
+                return conversation_id  # the try that failed had committed it after all
+            _create_on(connection, conversation_id, user_id, turn_id, first_message, project_id)
         return conversation_id
 
     async def create(
-        self, user_id: str, turn_id: str, first_message: str, project_id: str | None = None
+        self,
+        user_id: str,
+        turn_id: str,
+        first_message: str,
+        project_id: str | None = None,
+        *,
+        conversation_id: str | None = None,
+        retried: bool = False,
     ) -> str | None:
         """A new conversation (in `project_id`, checked as the owner's by the caller, and held
         against its deletion until the row is written) holding the turn's user message, or
-        None when the transcript cannot be stored right now (or the project is gone)."""
+        None when the transcript cannot be stored right now (or the project is gone).
+        `retried`: an earlier write of this `conversation_id` failed and may have committed
+        all the same; it is looked for first."""
+        arguments = (project_id, conversation_id, retried)
         try:
-            return await to_thread(self._create, user_id, turn_id, first_message, project_id)
+            return await to_thread(self._create, user_id, turn_id, first_message, *arguments)
         except Exception as error:
             log.warning("conversation.create_failed", error_type=type(error).__name__)
             return None
@@ -366,14 +388,16 @@ class ConversationService:
         with self._transcript_write() as connection:
             if retried and repository.has_message(connection, conversation_id, turn_id, role):
                 return  # the lost connection had committed it after all
-            if replaces is not None:
-                # In the same transaction as the new message: the transcript never shows both
-                # versions as current, nor neither.
-                first_row = repository.first_current_row(connection, conversation_id, replaces)
-                if first_row is not None:
-                    repository.supersede_from(connection, conversation_id, first_row, turn_id)
-            repository.append_message(
-                connection, conversation_id, turn_id, role, content, status, spent, release
+            _append_on(
+                connection,
+                conversation_id,
+                turn_id,
+                role,
+                content,
+                replaces,
+                status,
+                spent,
+                release,
             )
 
     async def append(
@@ -387,17 +411,19 @@ class ConversationService:
         replaces: str | None = None,
         usage: TurnUsage | None = None,
         release: SlotRelease | None = None,
+        retried: bool = False,
     ) -> bool:
         """Store one message (and the turn's token usage and the release of its stream slot,
         in the same transaction); a failure is logged (without content) and the turn goes on.
         `replaces`: the turn this one replaces (regenerate, edit-and-resend); it and every
-        later turn leave the current transcript, kept as replaced versions."""
+        later turn leave the current transcript, kept as replaced versions. `retried`: an
+        earlier write of this message failed and may have committed; it is looked for first."""
         if conversation_id is None:
             return False
         arguments = (conversation_id, turn_id, role, content, status, replaces, usage, release)
         try:
             try:
-                await to_thread(self._append, *arguments)
+                await to_thread(self._append, *arguments, retried)
             except DBAPIError as error:
                 if not error.connection_invalidated:
                     raise
@@ -417,3 +443,56 @@ class ConversationService:
         if release is not None:
             release.committed()
         return True
+
+
+def _create_on(
+    connection: Connection,
+    conversation_id: str,
+    user_id: str,
+    turn_id: str,
+    first_message: str,
+    project_id: str | None,
+) -> None:
+    stamp = repository.now()
+    if project_id is not None:
+        repository.hold_project(connection, user_id, project_id)
+    repository.create(
+        connection,
+        conversation_id,
+        user_id,
+        title_from_message(first_message),
+        stamp=stamp,
+        project_id=project_id,
+    )
+    repository.add_message(
+        connection,
+        conversation_id,
+        turn_id,
+        "user",
+        first_message,
+        "complete",
+        stamp=stamp,
+        touch=False,
+    )
+
+
+def _append_on(
+    connection: Connection,
+    conversation_id: str,
+    turn_id: str,
+    role: Role,
+    content: str,
+    replaces: str | None,
+    status: MessageStatus = "complete",
+    spent: TurnUsage | None = None,
+    release: SlotRelease | None = None,
+) -> None:
+    if replaces is not None:
+        # In the same transaction as the new message: the transcript never shows both versions
+        # as current, nor neither.
+        first_row = repository.first_current_row(connection, conversation_id, replaces)
+        if first_row is not None:
+            repository.supersede_from(connection, conversation_id, first_row, turn_id)
+    repository.append_message(
+        connection, conversation_id, turn_id, role, content, status, spent, release
+    )

@@ -7,9 +7,10 @@ user take turns, so the stream count read next cannot be stale. It then checks t
 against the budget and takes a stream slot: a lease row that expires on its own after the
 longest a turn can stream, so a crashed worker's slots free themselves. Anything over a limit
 rolls the whole transaction back (a refused request uses none of the caller's allowance) and
-answers 429 with Retry-After. Releasing the slot is one DELETE: in the transaction of the
-turn's answer row, which ends the stream anyway, or else on its own when the stream ends (in
-autocommit on PostgreSQL: a statement that commits itself).
+answers 429 with Retry-After. A turn's user message can share the transaction (`admit_with`):
+it is stored only when the turn is admitted. Releasing the slot is one DELETE: in the
+transaction of the turn's answer row, which ends the stream anyway, or else on its own when
+the stream ends (in autocommit on PostgreSQL: a statement that commits itself).
 
 A database that does not answer within the bound lets the request through (logged, counted):
 limits protect the service; they must not turn a database hiccup into refused turns.
@@ -25,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
-from typing import Literal
+from typing import Literal, TypeVar
 
 import structlog
 from sqlalchemy import (
@@ -48,7 +49,8 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.concurrency import finish_even_if_cancelled, to_thread
-from app.db.deadline import within
+from app.db.admission import DatabaseBusyError
+from app.db.deadline import DeadlineExceededError, within
 from app.db.engine import SQLITE_IMMEDIATE, one_statement_write
 from app.db.schema import limit_counters, stream_slots, usage_daily
 from app.errors import AppError
@@ -56,6 +58,8 @@ from app.operators import usage
 from app.telemetry import metrics
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 CallerKind = Literal["user", "eval"]
 LimitName = Literal["streams", "turns_per_minute", "daily_tokens"]
@@ -170,6 +174,37 @@ class LimitStore:
             metrics.limit_check_failed()
             return Admission(caller)
 
+    async def admit_with(
+        self, caller: Caller, limits: Limits, work: Callable[[Connection], T]
+    ) -> tuple[Admission, T | None]:
+        """Admit a request as `admit` does, with `work` in the admission's transaction (the
+        turn's user message: one worker-thread hop, checkout and commit fewer before the first
+        text). The work runs first; a refusal rolls it back with the rest.
+
+        The work's result is None when it was not done: every limit off (nothing to share a
+        transaction with), or the shared transaction failed, after which the admission is
+        taken as `admit` takes it (on its own, or waived when the database is slow or busy)
+        and the caller does the work itself, as if this had not been tried."""
+        if limits.off:
+            return Admission(caller), None
+        try:
+            return await within(
+                self.timeout_seconds,
+                lambda: to_thread(self._admit_with, caller, limits, work),
+                what="limit check",
+            )
+        except RateLimited as refused:
+            metrics.rate_limited(caller.kind, refused.limit)
+            raise
+        except (DeadlineExceededError, DatabaseBusyError) as error:
+            # A second try would wait as long again: let the request through, as `admit` does.
+            log.warning("limits.check_failed", caller=caller.kind, error_type=type(error).__name__)
+            metrics.limit_check_failed()
+            return Admission(caller), None
+        except Exception as error:
+            log.warning("limits.shared_write_failed", error_type=type(error).__name__)
+            return await self.admit(caller, limits), None
+
     def release_with(self, admission: Admission) -> SlotRelease | None:
         """The admission's slot release as a statement for a transaction of the caller's (the
         turn's answer row): its commit frees the slot, one worker-thread hop, checkout and
@@ -193,12 +228,21 @@ class LimitStore:
     # -- in a worker thread ---------------------------------------------------------------------
 
     def _admit(self, caller: Caller, limits: Limits) -> Admission:
+        return self._admit_with(caller, limits, _no_work)[0]
+
+    def _admit_with(
+        self, caller: Caller, limits: Limits, work: Callable[[Connection], T]
+    ) -> tuple[Admission, T]:
         for attempt in range(ADMIT_ATTEMPTS):
             try:
                 with self.engine.connect() as connection:
                     connection = connection.execution_options(**{SQLITE_IMMEDIATE: True})
                     with connection.begin():
-                        return self._check(connection, caller, limits)
+                        # The work first: its row locks (the conversation's) are taken in the
+                        # order the turn's answer row takes them, before the slots that row
+                        # frees, so the two transactions cannot wait on each other in a cycle.
+                        done = work(connection)
+                        return self._check(connection, caller, limits), done
             except (IntegrityError, OperationalError):
                 # Two first admissions of one caller inserted its counter row at once (the
                 # loser's retry finds the row), or, on MariaDB, their gap locks deadlocked.
@@ -277,6 +321,10 @@ class LimitStore:
                     )
                 ).scalar_one()
             )
+
+
+def _no_work(_connection: Connection) -> None:
+    return None
 
 
 def _over_budget(budget: int, now: datetime) -> RateLimited:

@@ -3,12 +3,11 @@ the design cannot do without, sent with the driver directly, for `turn_overhead.
 
 What a turn must do on its database, whatever the code around it:
 
-1. admit the turn (the per-user counter and the stream slot, one committed transaction: the
-   limits hold across replicas, so they live in the database);
+1. admit the turn and store the user's message durably before the model is asked (the
+   per-user counter, the stream slot, the conversation and the message, one committed
+   transaction: the limits hold across replicas, so they live in the database);
 2. read the caller's memory (one statement);
-3. store the user's message durably before the model is asked (the conversation and the
-   message, one committed transaction);
-4. store the answer durably before `done`, and release the stream slot with it (one committed
+3. store the answer durably before `done`, and release the stream slot with it (one committed
    transaction: the turn is over).
 
 Here each is the smallest form of itself on the service's own database and its durability
@@ -63,15 +62,12 @@ COUNT = (
 
 
 class Store:
-    """The four steps, each one round trip per statement plus its transaction's."""
+    """The three steps, each one round trip per statement plus its transaction's."""
 
-    async def admit(self, user: str, slot: str) -> None:
+    async def admit(self, user: str, slot: str, conversation: str, text: str) -> None:
         raise NotImplementedError
 
     async def read_memory(self, user: str) -> str | None:
-        raise NotImplementedError
-
-    async def store_question(self, user: str, conversation: str, text: str) -> None:
         raise NotImplementedError
 
     async def store_answer(self, conversation: str, text: str, slot: str) -> None:
@@ -119,8 +115,15 @@ class PostgresStore(Store):
         async with self.connection() as connection, connection.transaction():
             yield connection
 
-    async def admit(self, user: str, slot: str) -> None:
+    async def admit(self, user: str, slot: str, conversation: str, text: str) -> None:
         async with self.transaction() as db:
+            await db.execute(
+                "INSERT INTO io_floor_conversations VALUES (%s, %s, %s)", (conversation, user, text)
+            )
+            await db.execute(
+                "INSERT INTO io_floor_messages VALUES (%s, %s, 'user', %s)",
+                (str(uuid.uuid4()), conversation, text),
+            )
             await db.execute(COUNT.format(p="%s"), (user,))
             await db.execute("INSERT INTO io_floor_slots VALUES (%s, %s)", (slot, user))
 
@@ -131,16 +134,6 @@ class PostgresStore(Store):
             )
             row = await cursor.fetchone()
         return None if row is None else str(row[0])
-
-    async def store_question(self, user: str, conversation: str, text: str) -> None:
-        async with self.transaction() as db:
-            await db.execute(
-                "INSERT INTO io_floor_conversations VALUES (%s, %s, %s)", (conversation, user, text)
-            )
-            await db.execute(
-                "INSERT INTO io_floor_messages VALUES (%s, %s, 'user', %s)",
-                (str(uuid.uuid4()), conversation, text),
-            )
 
     async def store_answer(self, conversation: str, text: str, slot: str) -> None:
         async with self.transaction() as db:  # one statement: the slot's DELETE rides along
@@ -190,9 +183,14 @@ class SqliteStore(Store):
             raise
         self.db.execute("COMMIT")
 
-    async def admit(self, user: str, slot: str) -> None:
+    async def admit(self, user: str, slot: str, conversation: str, text: str) -> None:
         await self._run(
             lambda: self._transaction(
+                ("INSERT INTO io_floor_conversations VALUES (?, ?, ?)", (conversation, user, text)),
+                (
+                    "INSERT INTO io_floor_messages VALUES (?, ?, 'user', ?)",
+                    (str(uuid.uuid4()), conversation, text),
+                ),
                 (COUNT.format(p="?"), (user,)),
                 ("INSERT INTO io_floor_slots VALUES (?, ?)", (slot, user)),
             )
@@ -208,17 +206,6 @@ class SqliteStore(Store):
 
         result: str | None = await self._run(read)
         return result
-
-    async def store_question(self, user: str, conversation: str, text: str) -> None:
-        await self._run(
-            lambda: self._transaction(
-                ("INSERT INTO io_floor_conversations VALUES (?, ?, ?)", (conversation, user, text)),
-                (
-                    "INSERT INTO io_floor_messages VALUES (?, ?, 'user', ?)",
-                    (str(uuid.uuid4()), conversation, text),
-                ),
-            )
-        )
 
     async def store_answer(self, conversation: str, text: str, slot: str) -> None:
         await self._run(
@@ -259,11 +246,11 @@ class ChatBody(BaseModel):
     message: str
 
 
-async def turn(db: Store, user: str, message: str, slot: str) -> AsyncIterator[dict[str, Any]]:
-    """Steps 2 to 4 around the floor's relay; step 1 ran before the response started."""
-    conversation = str(uuid.uuid4())
+async def turn(
+    db: Store, user: str, conversation: str, slot: str, message: str
+) -> AsyncIterator[dict[str, Any]]:
+    """Steps 2 and 3 around the floor's relay; step 1 ran before the response started."""
     await db.read_memory(user)
-    await db.store_question(user, conversation, message)
     answer: list[str] = []
     async for event in deltas(message):
         if event["event"] == "done":
@@ -279,9 +266,10 @@ async def chat(body: ChatBody, request: Request) -> EventSourceResponse:
     # The caller's bearer token stands for its user (no authentication here): one counter and
     # one slot row per concurrent client, as the service's per-user rows.
     user = hashlib.sha256(request.headers.get("authorization", "").encode()).hexdigest()[:32]
-    slot = str(uuid.uuid4())
-    await store.admit(user, slot)  # a refusal would be a 429 before any byte
-    return EventSourceResponse(turn(store, user, body.message, slot))
+    slot, conversation = str(uuid.uuid4()), str(uuid.uuid4())
+    # A refusal would be a 429 before any byte, with the message rolled back.
+    await store.admit(user, slot, conversation, body.message)
+    return EventSourceResponse(turn(store, user, conversation, slot, body.message))
 
 
 @app.get("/healthz")

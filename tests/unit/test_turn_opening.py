@@ -47,7 +47,14 @@ class Conversations:
         self.releases = releases
 
     async def create(
-        self, user_id: str, turn_id: str, first_message: str, project_id: str | None = None
+        self,
+        user_id: str,
+        turn_id: str,
+        first_message: str,
+        project_id: str | None = None,
+        *,
+        conversation_id: str | None = None,
+        retried: bool = False,
     ) -> str:
         self.log.append("write starts")
         await asyncio.sleep(0)
