@@ -218,11 +218,13 @@ async def chat(
     agent = await runtime.agents.chat()
     turn_id = new_turn_id()
     # Last before the stream: a refused turn answers 429 with nothing read or written. The
-    # user's message is stored in the admission's transaction when there is one.
+    # user's message is stored in the admission's transaction when there is one (and the
+    # database shares it: `LimitStore.shares_writes`).
     written = MessageWrite(
         wanted.conversation_id or new_conversation_id(), new=conversation is None, committed=False
     )
     limits = runtime.user_limits()
+    tried = not limits.off and runtime.limits.shares_writes
     admission, stored = await runtime.limits.admit_with(
         Caller.user(user.subject),
         limits,
@@ -247,7 +249,7 @@ async def chat(
             project_id=project_id,
             project_name=project_name,
             admission=admission,
-            written=None if limits.off else replace(written, committed=stored is not None),
+            written=replace(written, committed=stored is not None) if tried else None,
         ),
         TurnServices(
             settings=runtime.settings,

@@ -174,6 +174,14 @@ class LimitStore:
             metrics.limit_check_failed()
             return Admission(caller)
 
+    @property
+    def shares_writes(self) -> bool:
+        """Whether `admit_with` is worth its longer transaction here. Not on SQLite: its one
+        write lock, held longer by the admission, made waiters past the limit check's deadline
+        at 32 concurrent turns, where its commits (no disk flush) save no time
+        (docs/performance.md, "Round trips per turn")."""
+        return self.engine.dialect.name != "sqlite"
+
     async def admit_with(
         self, caller: Caller, limits: Limits, work: Callable[[Connection], T]
     ) -> tuple[Admission, T | None]:
@@ -182,11 +190,12 @@ class LimitStore:
         text). The work runs first; a refusal rolls it back with the rest.
 
         The work's result is None when it was not done: every limit off (nothing to share a
-        transaction with), or the shared transaction failed, after which the admission is
+        transaction with), a database that does not share (`shares_writes`), or the shared
+        transaction failed, after which the admission is
         taken as `admit` takes it (on its own, or waived when the database is slow or busy)
         and the caller does the work itself, as if this had not been tried."""
-        if limits.off:
-            return Admission(caller), None
+        if limits.off or not self.shares_writes:
+            return await self.admit(caller, limits), None
         try:
             return await within(
                 self.timeout_seconds,
