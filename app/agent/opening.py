@@ -66,9 +66,8 @@ async def open_turn(
     database, bounded by DB_QUEUE_TIMEOUT_SECONDS and DB_QUEUE_LIMIT, past which the turn
     fails with `database_busy` before anything is answered (a turn that cannot be stored is
     never answered silently)."""
-    stored = request.written is not None and request.written.committed
     try:
-        async with admitted(1 if stored else OPENING_SLOTS):
+        async with admitted(OPENING_SLOTS if request.stored_in is None else 1):
             return await _open(request, services, turn_id, uses_memory, cancel_event)
     except DatabaseBusyError:
         log.warning("turn.database_busy", turn_id=turn_id)
@@ -86,12 +85,11 @@ async def _open(
     opened_at = flags.now() if flags is not None else None
     begun_at = audit.now()
     deadline = asyncio.get_running_loop().time() + services.settings.memory_read_timeout_seconds
-    written = request.written
-    conversation_id: str | None
+    conversation_id: str | None = request.stored_in  # stored by the route, with its admission
     transcript: TranscriptStatus
-    if written is not None and written.committed:  # stored by the route, with its admission
+    if conversation_id is not None:
         memory = await _load_memory(request, services, turn_id, uses_memory, deadline)
-        conversation_id, transcript = written.conversation_id, "stored"
+        transcript = "stored"
     else:
         memory, (conversation_id, transcript) = await _read_and_store(
             request, services, turn_id, uses_memory, deadline

@@ -34,7 +34,6 @@ class MessageWrite:
     the failed try may have made all the same."""
 
     conversation_id: str
-    new: bool
     committed: bool
 
 
@@ -63,6 +62,12 @@ class TurnRequest:
     # The user message's write, when the route tried it with the admission (None: the opening
     # stores the message).
     written: MessageWrite | None = None
+
+    @property
+    def stored_in(self) -> str | None:
+        """The conversation the route stored the message in (None: the opening stores it)."""
+        written = self.written
+        return written.conversation_id if written is not None and written.committed else None
 
 
 @dataclass(frozen=True)

@@ -180,17 +180,13 @@ class Turn:
         return await finish_even_if_cancelled(self._transcript)
 
     async def _store_answer(self, progress: Progress, status: MessageStatus) -> bool:
-        conversations, ctx, written = (
-            self.services.conversations,
-            self.context,
-            self.request.written,
-        )
+        conversations, ctx = self.services.conversations, self.context
         if ctx is not None:
             conversation_id = ctx.conversation_id
-        elif written is not None and written.committed:
+        elif self.request.stored_in is not None:
             # The turn ended before its start (cancelled, or the database too busy to open it),
             # but the route had stored its message: the answer's row still follows it.
-            conversation_id = written.conversation_id
+            conversation_id = self.request.stored_in
         else:
             return True
         spent, release = self._spent(progress), self._slot_release()

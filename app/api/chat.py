@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Request
@@ -24,7 +24,7 @@ from app.conversations.repository import Conversation
 from app.conversations.service import AfterTurn, TurnNotCurrent, new_conversation_id
 from app.db.deadline import within
 from app.errors import NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
-from app.operators.limits import Caller
+from app.operators.limits import Admission, Caller
 from app.runtime import Runtime
 from app.settings import Settings
 from app.telemetry import register_sensitive
@@ -164,6 +164,38 @@ async def load_history(
     return conversation, history, replaced
 
 
+async def admit_turn(
+    runtime: Runtime,
+    user_id: str,
+    turn_id: str,
+    wanted: ChatRequest,
+    conversation: Conversation | None,
+    project_id: str | None,
+    replaces: str | None,
+) -> tuple[Admission, MessageWrite | None]:
+    """The turn's admission under the caller's limits (429 when refused) and, where the
+    database shares that transaction (`LimitStore.shares_writes`), the user's message stored in
+    it. None: not tried, the turn's start stores the message."""
+    limits, store, caller = runtime.user_limits(), runtime.limits, Caller.user(user_id)
+    if limits.off or not store.shares_writes:
+        return await store.admit(caller, limits), None
+    conversation_id = wanted.conversation_id or new_conversation_id()
+    admission, stored = await store.admit_with(
+        caller,
+        limits,
+        runtime.conversations.user_message(
+            user_id,
+            turn_id,
+            wanted.message,
+            conversation_id=conversation_id,
+            new=conversation is None,
+            project_id=project_id,
+            replaces=replaces,
+        ),
+    )
+    return admission, MessageWrite(conversation_id, committed=stored is not None)
+
+
 # The 200 answer is a stream of server-sent events (or the AI SDK UI message stream).
 EVENT_STREAM: dict[int | str, dict[str, Any]] = {
     200: {
@@ -217,26 +249,9 @@ async def chat(
     project_id, project_name = await turn_project(runtime, user.subject, wanted, conversation)
     agent = await runtime.agents.chat()
     turn_id = new_turn_id()
-    # Last before the stream: a refused turn answers 429 with nothing read or written. The
-    # user's message is stored in the admission's transaction when there is one (and the
-    # database shares it: `LimitStore.shares_writes`).
-    written = MessageWrite(
-        wanted.conversation_id or new_conversation_id(), new=conversation is None, committed=False
-    )
-    limits = runtime.user_limits()
-    tried = not limits.off and runtime.limits.shares_writes
-    admission, stored = await runtime.limits.admit_with(
-        Caller.user(user.subject),
-        limits,
-        runtime.conversations.user_message(
-            user.subject,
-            turn_id,
-            wanted.message,
-            conversation_id=written.conversation_id,
-            new=written.new,
-            project_id=project_id,
-            replaces=replaces,
-        ),
+    # Last before the stream: a refused turn answers 429 with nothing read or written.
+    admission, written = await admit_turn(
+        runtime, user.subject, turn_id, wanted, conversation, project_id, replaces
     )
     turn = Turn(
         agent,
@@ -249,7 +264,7 @@ async def chat(
             project_id=project_id,
             project_name=project_name,
             admission=admission,
-            written=replace(written, committed=stored is not None) if tried else None,
+            written=written,
         ),
         TurnServices(
             settings=runtime.settings,
@@ -264,5 +279,5 @@ async def chat(
         turn_id=turn_id,
     )
     # A client that leaves before the turn runs: its stored message still gets its answer row.
-    unplayed = turn.end_unplayed if stored is not None else None
+    unplayed = turn.end_unplayed if turn.request.stored_in is not None else None
     return releasing(respond(turn, wanted.ai_sdk), runtime, admission, unplayed)

@@ -161,18 +161,12 @@ class LimitStore:
         if limits.off:
             return Admission(caller)
         try:
-            return await within(
-                self.timeout_seconds,
-                lambda: to_thread(self._admit, caller, limits),
-                what="limit check",
-            )
-        except RateLimited as refused:
-            metrics.rate_limited(caller.kind, refused.limit)
+            admission, _nothing = await self._checked(caller, limits, _no_work)
+        except RateLimited:
             raise
         except Exception as error:
-            log.warning("limits.check_failed", caller=caller.kind, error_type=type(error).__name__)
-            metrics.limit_check_failed()
-            return Admission(caller)
+            return self._waived(caller, error)
+        return admission
 
     @property
     def shares_writes(self) -> bool:
@@ -191,11 +185,27 @@ class LimitStore:
 
         The work's result is None when it was not done: every limit off (nothing to share a
         transaction with), a database that does not share (`shares_writes`), or the shared
-        transaction failed, after which the admission is
-        taken as `admit` takes it (on its own, or waived when the database is slow or busy)
-        and the caller does the work itself, as if this had not been tried."""
+        transaction failed, after which the admission is taken as `admit` takes it (on its
+        own, or waived when the database is slow or busy) and the caller does the work itself,
+        as if this had not been tried."""
         if limits.off or not self.shares_writes:
             return await self.admit(caller, limits), None
+        try:
+            return await self._checked(caller, limits, work)
+        except RateLimited:
+            raise
+        except (DeadlineExceededError, DatabaseBusyError) as error:
+            # A second try would wait as long again: let the request through, as `admit` does.
+            return self._waived(caller, error), None
+        except Exception as error:
+            log.warning("limits.shared_write_failed", error_type=type(error).__name__)
+            return await self.admit(caller, limits), None
+
+    async def _checked(
+        self, caller: Caller, limits: Limits, work: Callable[[Connection], T]
+    ) -> tuple[Admission, T]:
+        """The admission's transaction (with `work`) under the limit check's deadline; a
+        refusal is counted and raised."""
         try:
             return await within(
                 self.timeout_seconds,
@@ -205,14 +215,12 @@ class LimitStore:
         except RateLimited as refused:
             metrics.rate_limited(caller.kind, refused.limit)
             raise
-        except (DeadlineExceededError, DatabaseBusyError) as error:
-            # A second try would wait as long again: let the request through, as `admit` does.
-            log.warning("limits.check_failed", caller=caller.kind, error_type=type(error).__name__)
-            metrics.limit_check_failed()
-            return Admission(caller), None
-        except Exception as error:
-            log.warning("limits.shared_write_failed", error_type=type(error).__name__)
-            return await self.admit(caller, limits), None
+
+    def _waived(self, caller: Caller, error: Exception) -> Admission:
+        """A check the database did not answer: the request goes through, logged and counted."""
+        log.warning("limits.check_failed", caller=caller.kind, error_type=type(error).__name__)
+        metrics.limit_check_failed()
+        return Admission(caller)
 
     def release_with(self, admission: Admission) -> SlotRelease | None:
         """The admission's slot release as a statement for a transaction of the caller's (the
