@@ -4,6 +4,7 @@ deadline, and build the turn's context."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 import structlog
@@ -11,7 +12,7 @@ import structlog
 from app.agent.context import TurnContext
 from app.agent.events import TranscriptStatus
 from app.agent.failures import TurnFailure
-from app.agent.request import TurnRequest, TurnServices
+from app.agent.request import MemoryRead, TurnRequest, TurnServices
 from app.concurrency import CancelFlag
 from app.db.admission import DatabaseBusyError, admitted
 from app.db.deadline import DeadlineExceededError, within
@@ -21,6 +22,7 @@ from app.memory.projects import Scope
 from app.memory.provenance import SaveMode
 from app.memory.render import MemoryStatus
 from app.memory.rules import Snapshot
+from app.memory.service import MemoryUnavailableError
 from app.telemetry import memory_read_failed
 
 log = structlog.get_logger(__name__)
@@ -36,9 +38,6 @@ class _Memory:
 
 
 _DISABLED = _Memory("disabled", Snapshot(), None)
-# The worker slots a turn's start holds (app/db/admission.py): the memory read (after the flag
-# read) and the user message's write run side by side.
-OPENING_SLOTS = 2
 BUSY_MESSAGE = "The service is too busy to start this turn; retry shortly."
 
 # The message write starts when the memory read has ended, or this long after it started if it
@@ -66,12 +65,18 @@ async def open_turn(
     database, bounded by DB_QUEUE_TIMEOUT_SECONDS and DB_QUEUE_LIMIT, past which the turn
     fails with `database_busy` before anything is answered (a turn that cannot be stored is
     never answered silently)."""
+    # A worker slot (app/db/admission.py) for each of the memory read (after the flag read) and
+    # the message's write that it still has to do: the route's admission may have done both.
+    slots = (request.memory_read is None) + (request.stored_in is None)
     try:
-        async with admitted(OPENING_SLOTS if request.stored_in is None else 1):
+        async with admitted(slots) if slots else contextlib.nullcontext():
             return await _open(request, services, turn_id, uses_memory, cancel_event)
     except DatabaseBusyError:
         log.warning("turn.database_busy", turn_id=turn_id)
         raise TurnFailure("database_busy", BUSY_MESSAGE) from None
+    finally:
+        if request.memory_read is not None:
+            request.memory_read.abandon()  # read and used by now, or not wanted
 
 
 async def _open(
@@ -153,7 +158,9 @@ async def _load_memory(
         # document only when the project is opted into it), fixed by the request, never by
         # anything the model says.
         scope = Scope(request.project_id, owner=False)
-        if flag == "enabled" and services.control is not None:
+        if request.memory_read is not None:  # read by the route, with the same scope
+            snapshot, mode = await _read_by_route(request.memory_read, remaining(deadline))
+        elif flag == "enabled" and services.control is not None:
             # The save mode words the turn (its edits saved, or held for approval); it is read
             # with the memory. The commit point reads it again under the writer lock: this
             # read only words the turn.
@@ -170,6 +177,15 @@ async def _load_memory(
         # Read only for the counts the memory event reports: never shown to the model.
         return _Memory("disabled", snapshot, None)
     return _Memory("available", snapshot, MemoryLedger(snapshot), save_mode=mode)
+
+
+async def _read_by_route(read: MemoryRead, seconds: float) -> tuple[Snapshot, SaveMode]:
+    """The route's read (`TurnRequest.memory_read`) by the turn's deadline, failing as the
+    opening's own read fails (`MemoryService.read_with_save_mode_async`)."""
+    try:
+        return await read.result(seconds)
+    except DeadlineExceededError as error:
+        raise MemoryUnavailableError("DeadlineExceededError") from error
 
 
 async def _store_message(

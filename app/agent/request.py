@@ -7,8 +7,11 @@ from typing import Literal
 
 from app.agent.llm import DEFAULT_SAMPLING, Sampling
 from app.conversations.service import ConversationService
+from app.db.deadline import Later
 from app.memory.control import MemoryControl
 from app.memory.flags import FlagStore
+from app.memory.provenance import SaveMode
+from app.memory.rules import Snapshot
 from app.memory.service import MemoryService
 from app.operators.limits import Admission, LimitStore
 from app.operators.usage import UsageStore
@@ -37,6 +40,11 @@ class MessageWrite:
     committed: bool
 
 
+# The caller's memory and save mode, read on the connection of the route's admission once it
+# has committed (`LimitStore.admit_then`), awaited by the turn's start.
+MemoryRead = Later[tuple[Snapshot, SaveMode]]
+
+
 @dataclass(frozen=True)
 class TurnRequest:
     """A validated request. `user_id` is the verified subject; None on the memory-free route.
@@ -62,6 +70,9 @@ class TurnRequest:
     # The user message's write, when the route tried it with the admission (None: the opening
     # stores the message).
     written: MessageWrite | None = None
+    # The memory read the route started after its admission: the opening awaits it instead of
+    # reading (None: it reads).
+    memory_read: MemoryRead | None = None
 
     @property
     def stored_in(self) -> str | None:

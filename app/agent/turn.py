@@ -162,6 +162,8 @@ class Turn:
     async def end_unplayed(self) -> None:
         """For a response that ended before the turn ran (its client left first): a user
         message the route already stored gets the turn's one assistant row, `interrupted`."""
+        if self.request.memory_read is not None:
+            self.request.memory_read.abandon()
         if not self._ran:
             self._ran = True
             await self._end_transcript(Progress(model=self.agent.model.primary), "interrupted")

@@ -11,7 +11,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.responses import Response
 
 from app.agent.context import new_turn_id
-from app.agent.request import HistoryMessage, MessageWrite, TurnRequest, TurnServices
+from app.agent.request import (
+    HistoryMessage,
+    MemoryRead,
+    MessageWrite,
+    TurnRequest,
+    TurnServices,
+)
 from app.agent.streaming import stream_turn, stream_turn_batches
 from app.agent.turn import Turn
 from app.api import ui_stream
@@ -24,6 +30,7 @@ from app.conversations.repository import Conversation
 from app.conversations.service import AfterTurn, TurnNotCurrent, new_conversation_id
 from app.db.deadline import within
 from app.errors import NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
+from app.memory.projects import Scope
 from app.operators.limits import Admission, Caller
 from app.runtime import Runtime
 from app.settings import Settings
@@ -172,28 +179,33 @@ async def admit_turn(
     conversation: Conversation | None,
     project_id: str | None,
     replaces: str | None,
-) -> tuple[Admission, MessageWrite | None]:
+    *,
+    reads_memory: bool,
+) -> tuple[Admission, MessageWrite | None, MemoryRead | None]:
     """The turn's admission under the caller's limits (429 when refused) and, where the
     database shares that transaction (`LimitStore.shares_writes`), the user's message stored in
-    it. None: not tried, the turn's start stores the message."""
+    it, then (`reads_memory`) the caller's memory read on its connection once it committed.
+    None: not tried, the turn's start stores the message or reads memory itself."""
     limits, store, caller = runtime.user_limits(), runtime.limits, Caller.user(user_id)
     if limits.off or not store.shares_writes:
-        return await store.admit(caller, limits), None
+        return await store.admit(caller, limits), None, None
     conversation_id = wanted.conversation_id or new_conversation_id()
-    admission, stored = await store.admit_with(
-        caller,
-        limits,
-        runtime.conversations.user_message(
-            user_id,
-            turn_id,
-            wanted.message,
-            conversation_id=conversation_id,
-            new=conversation is None,
-            project_id=project_id,
-            replaces=replaces,
-        ),
+    message = runtime.conversations.user_message(
+        user_id,
+        turn_id,
+        wanted.message,
+        conversation_id=conversation_id,
+        new=conversation is None,
+        project_id=project_id,
+        replaces=replaces,
     )
-    return admission, MessageWrite(conversation_id, committed=stored is not None)
+    if reads_memory:
+        # The scope a turn reads (app/agent/opening.py): fixed by the request, never the model.
+        read = runtime.memory.read_with_save_mode_on(user_id, Scope(project_id, owner=False))
+        admission, stored, memory = await store.admit_then(caller, limits, message, read)
+    else:
+        (admission, stored), memory = await store.admit_with(caller, limits, message), None
+    return admission, MessageWrite(conversation_id, committed=stored is not None), memory
 
 
 # The 200 answer is a stream of server-sent events (or the AI SDK UI message stream).
@@ -250,8 +262,15 @@ async def chat(
     agent = await runtime.agents.chat()
     turn_id = new_turn_id()
     # Last before the stream: a refused turn answers 429 with nothing read or written.
-    admission, written = await admit_turn(
-        runtime, user.subject, turn_id, wanted, conversation, project_id, replaces
+    admission, written, memory_read = await admit_turn(
+        runtime,
+        user.subject,
+        turn_id,
+        wanted,
+        conversation,
+        project_id,
+        replaces,
+        reads_memory=agent.uses_memory,
     )
     turn = Turn(
         agent,
@@ -265,6 +284,7 @@ async def chat(
             project_name=project_name,
             admission=admission,
             written=written,
+            memory_read=memory_read,
         ),
         TurnServices(
             settings=runtime.settings,

@@ -10,7 +10,7 @@ from datetime import datetime
 from functools import partial
 from typing import TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from app.concurrency import CancelFlag, finish_even_if_cancelled, to_thread
 from app.conversations.repository import Conversation
@@ -111,8 +111,22 @@ class MemoryService:
         """`read` (`read_scoped` in a project), and the person's save mode: what a turn's start
         reads when memory is on. Outside projects both come from one statement; a project's
         documents and the mode share one connection."""
+        read = self.read_with_save_mode_on(user_id, scope)
         try:
-            with self.engine.connect() as connection:
+            connection = self.engine.connect()
+        except Exception as error:
+            raise MemoryUnavailableError(type(error).__name__) from error
+        with connection:
+            return read(connection)
+
+    def read_with_save_mode_on(
+        self, user_id: str, scope: Scope = GENERAL
+    ) -> Callable[[Connection], tuple[Snapshot, SaveMode]]:
+        """`read_with_save_mode` as work for a connection of the caller's, outside any
+        transaction (after the limits' admission has committed, `LimitStore.admit_then`)."""
+
+        def read(connection: Connection) -> tuple[Snapshot, SaveMode]:
+            try:
                 one_statement_read(connection)
                 if scope.project_id is None:
                     snapshot, stored = repository.load_snapshot_and_save_mode(connection, user_id)
@@ -123,12 +137,14 @@ class MemoryService:
                     )
                     mode = proposals.save_mode(connection, user_id)
                 connection.rollback()
-        except projects.ProjectNotFoundError:
-            raise
-        except Exception as error:
-            raise MemoryUnavailableError(type(error).__name__) from error
-        register_memory(snapshot)
-        return snapshot, mode
+            except projects.ProjectNotFoundError:
+                raise
+            except Exception as error:
+                raise MemoryUnavailableError(type(error).__name__) from error
+            register_memory(snapshot)
+            return snapshot, mode
+
+        return read
 
     async def read_with_save_mode_async(
         self, user_id: str, *, seconds: float, scope: Scope = GENERAL

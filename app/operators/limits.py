@@ -50,7 +50,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app.concurrency import finish_even_if_cancelled, to_thread
 from app.db.admission import DatabaseBusyError
-from app.db.deadline import DeadlineExceededError, within
+from app.db.deadline import DeadlineExceededError, Handover, Later, within, within_staged
 from app.db.engine import SQLITE_IMMEDIATE, one_statement_write
 from app.db.schema import limit_counters, stream_slots, usage_daily
 from app.errors import AppError
@@ -60,6 +60,7 @@ from app.telemetry import metrics
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 CallerKind = Literal["user", "eval"]
 LimitName = Literal["streams", "turns_per_minute", "daily_tokens"]
@@ -194,12 +195,67 @@ class LimitStore:
             return await self._checked(caller, limits, work)
         except RateLimited:
             raise
-        except (DeadlineExceededError, DatabaseBusyError) as error:
+        except Exception as error:
+            return await self._after_shared_failure(caller, limits, error)
+
+    async def admit_then(
+        self,
+        caller: Caller,
+        limits: Limits,
+        work: Callable[[Connection], T],
+        then: Callable[[Connection], R],
+    ) -> tuple[Admission, T | None, Later[R] | None]:
+        """`admit_with`, then `then` on the same connection in the same worker thread, after
+        the commit and outside its transaction (the turn's memory read: one worker-thread hop
+        and checkout fewer before the first text). The admission is returned as soon as it has
+        committed; `then` goes on, awaited by its own deadline (`Later.result`), and whatever
+        it does or raises changes nothing of the admission.
+
+        The `Later` is None where `then` was not run: wherever `admit_with` would not share
+        its transaction, or the shared transaction failed."""
+        if limits.off or not self.shares_writes:
+            return await self.admit(caller, limits), None, None
+        try:
+            (admission, done), later = await self._staged(caller, limits, work, then)
+        except RateLimited:
+            raise
+        except Exception as error:
+            return *(await self._after_shared_failure(caller, limits, error)), None
+        return admission, done, later
+
+    async def _after_shared_failure(
+        self, caller: Caller, limits: Limits, error: Exception
+    ) -> tuple[Admission, None]:
+        if isinstance(error, DeadlineExceededError | DatabaseBusyError):
             # A second try would wait as long again: let the request through, as `admit` does.
             return self._waived(caller, error), None
-        except Exception as error:
-            log.warning("limits.shared_write_failed", error_type=type(error).__name__)
-            return await self.admit(caller, limits), None
+        log.warning("limits.shared_write_failed", error_type=type(error).__name__)
+        return await self.admit(caller, limits), None
+
+    async def _staged(
+        self,
+        caller: Caller,
+        limits: Limits,
+        work: Callable[[Connection], T],
+        then: Callable[[Connection], R],
+    ) -> tuple[tuple[Admission, T], Later[R]]:
+        def admit_then(handover: Handover[tuple[Admission, T]]) -> R:
+            def after(connection: Connection, admitted: tuple[Admission, T]) -> R:
+                handover(admitted)  # the caller's from here: nothing below undoes it
+                return then(connection)
+
+            return self._admitting(caller, limits, work, after)
+
+        try:
+            return await within_staged(
+                self.timeout_seconds,
+                lambda handover: to_thread(admit_then, handover),
+                what="limit check",
+                rest="memory read",
+            )
+        except RateLimited as refused:
+            metrics.rate_limited(caller.kind, refused.limit)
+            raise
 
     async def _checked(
         self, caller: Caller, limits: Limits, work: Callable[[Connection], T]
@@ -250,6 +306,18 @@ class LimitStore:
     def _admit_with(
         self, caller: Caller, limits: Limits, work: Callable[[Connection], T]
     ) -> tuple[Admission, T]:
+        return self._admitting(caller, limits, work, _as_admitted)
+
+    def _admitting(
+        self,
+        caller: Caller,
+        limits: Limits,
+        work: Callable[[Connection], T],
+        after: Callable[[Connection, tuple[Admission, T]], R],
+    ) -> R:
+        """The admission's transaction with `work`, then `after` on its connection, once the
+        transaction has committed."""
+        committed = False
         for attempt in range(ADMIT_ATTEMPTS):
             try:
                 with self.engine.connect() as connection:
@@ -259,11 +327,14 @@ class LimitStore:
                         # order the turn's answer row takes them, before the slots that row
                         # frees, so the two transactions cannot wait on each other in a cycle.
                         done = work(connection)
-                        return self._check(connection, caller, limits), done
+                        admitted = self._check(connection, caller, limits), done
+                    committed = True
+                    return after(connection, admitted)
             except (IntegrityError, OperationalError):
                 # Two first admissions of one caller inserted its counter row at once (the
                 # loser's retry finds the row), or, on MariaDB, their gap locks deadlocked.
-                if attempt == ADMIT_ATTEMPTS - 1:
+                # Never once committed: what follows the commit is not the admission's.
+                if committed or attempt == ADMIT_ATTEMPTS - 1:
                     raise
         raise AssertionError("unreachable")
 
@@ -342,6 +413,10 @@ class LimitStore:
 
 def _no_work(_connection: Connection) -> None:
     return None
+
+
+def _as_admitted(_connection: Connection, admitted: tuple[Admission, T]) -> tuple[Admission, T]:
+    return admitted
 
 
 def _over_budget(budget: int, now: datetime) -> RateLimited:
