@@ -54,6 +54,9 @@ class WorkAbandonedError(RuntimeError):
 
 
 class Breaker(Protocol):
+    # Whether `fire` leaves the connection unusable (a socket shut down), not only interrupted.
+    spoils: bool
+
     def fire(self) -> None: ...
 
     def close(self) -> None: ...
@@ -65,6 +68,8 @@ class _SocketBreaker:
     The descriptor is duplicated at checkout, so the shutdown reaches this connection's socket
     even if the driver has closed its own descriptor and the number was reused since.
     """
+
+    spoils = True
 
     def __init__(self, fd: int) -> None:
         duplicate = os.dup(fd)
@@ -84,6 +89,8 @@ class _SocketBreaker:
 
 class _InterruptBreaker:
     """SQLite has no socket; `interrupt()` is its thread-safe way to stop a running statement."""
+
+    spoils = False  # the interrupted statement fails; the connection stays usable
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self._connection = connection
@@ -122,6 +129,7 @@ class Lease:
         self._lock = threading.Lock()
         self._released = False
         self.broken = False
+        self.spoils = breaker is not None and breaker.spoils
 
     def break_connection(self) -> None:
         with self._lock:
@@ -253,10 +261,13 @@ class Watchdog:
                 lease.break_connection()
 
 
-def _end_lease(record: Any) -> None:
-    lease = record.record_info.pop(LEASE_KEY, None)
-    if lease is not None:
-        lease.release()
+def _end_lease(record: Any) -> bool:
+    """End the checkout's lease; True when it broke its connection (its socket shut down)."""
+    lease: Lease | None = record.record_info.pop(LEASE_KEY, None)
+    if lease is None:
+        return False
+    lease.release()
+    return lease.broken and lease.spoils
 
 
 def install(engine: Engine, *, lease_seconds: float | None) -> Watchdog:
@@ -303,8 +314,12 @@ def install(engine: Engine, *, lease_seconds: float | None) -> Watchdog:
             fence.check("statement")
 
     @event.listens_for(engine, "checkin")
-    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
-        _end_lease(record)
+    def _on_checkin(dbapi_connection: Any, record: Any) -> None:
+        if _end_lease(record) and dbapi_connection is not None:
+            # Broken between two statements (a fence given up while its thread ran Python):
+            # nothing failed on it yet, and it would go back to the pool with its socket shut
+            # down, to fail whoever takes it next. Closed here; the pool opens a new one.
+            record.invalidate()
         record.info[USED_KEY] = time.monotonic()
 
     @event.listens_for(engine, "commit")

@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from app.db.deadline import DeadlineExceededError, within
-from app.db.engine import SQLITE_IMMEDIATE, DatabaseLimits, build_engine
+from app.db.engine import SQLITE_IMMEDIATE, DatabaseLimits, build_engine, one_statement_read
 from app.db.guard import Fence, WorkAbandonedError, current_fence
 from app.db.schema import agent_memory
 from app.db.writers import maintenance
@@ -264,3 +264,27 @@ def test_work_that_starts_after_its_deadline_never_reaches_the_database(engine: 
     assert engine.pool.checkedin() == pooled
     with engine.connect() as connection:
         assert connection.execute(text("SELECT 1")).scalar() == 1
+
+
+def test_a_connection_broken_between_two_statements_never_goes_back_to_the_pool(
+    engine: Engine,
+) -> None:
+    """A caller that gives up while its worker runs Python between two statements (no
+    transaction open, as a read in autocommit) breaks the connection with nothing failing on
+    it: its next statement is refused (MariaDB, whose read runs in a transaction: the rollback
+    then fails on the broken socket), and the connection is closed instead of going back to the
+    pool with its socket shut down. The next checkout, within the second in which no liveness
+    ping runs, gets a working connection."""
+    fence = Fence()
+    token = current_fence.set(fence)
+    try:
+        with pytest.raises((WorkAbandonedError, DBAPIError)), engine.connect() as connection:
+            one_statement_read(connection)
+            assert connection.execute(text("SELECT 1")).scalar() == 1
+            connection.rollback()
+            fence.abandon()  # the caller's deadline, between two statements
+            connection.execute(text("SELECT 2"))
+    finally:
+        current_fence.reset(token)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT 3")).scalar() == 3

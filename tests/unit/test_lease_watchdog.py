@@ -17,6 +17,8 @@ SLACK = 2.0  # seconds a break may come late on a loaded machine
 
 
 class Recorder:
+    spoils = True
+
     def __init__(self) -> None:
         self.fired = threading.Event()
 
