@@ -85,7 +85,7 @@ def prompt_of(model: ScriptedModel, call: int) -> str:
 
 @pytest.mark.parametrize("continuing", [False, True], ids=["new conversation", "continuing"])
 def test_memory_is_read_on_the_admissions_connection_after_its_commit(
-    db_url: str, continuing: bool
+    db_url: str, engine: Engine, continuing: bool
 ) -> None:
     """Where the admission stores the message, the same checkout then reads the caller's
     memory with the save mode, after the admission's COMMIT and outside its transaction (on
@@ -94,11 +94,11 @@ def test_memory_is_read_on_the_admissions_connection_after_its_commit(
     model = ScriptedModel([Text("First."), Text("Second.")])
     user = f"early-{uuid.uuid4().hex[:8]}"
     with serving(db_url, model, **LIMITS) as (url, app):
-        engine: Engine = app.state.runtime.limits.engine
+        served: Engine = app.state.runtime.limits.engine
         remember(url, user)
         conversation = chat(url, user, {"message": "One."})["conversation_id"]
         body = {"message": "Two.", "conversation_id": conversation if continuing else None}
-        with Checkouts(engine).watching() as seen:
+        with Checkouts(served).watching() as seen:
             start = chat(url, user, body)
     assert start["memory"]["status"] == "available"
     assert REMEMBERED in prompt_of(model, 1)
@@ -106,7 +106,7 @@ def test_memory_is_read_on_the_admissions_connection_after_its_commit(
     assert len(reads) == 1, seen.held
     admission = seen.holding("limit_counters")
     assert len(admission) == 1, seen.held
-    shared = engine.dialect.name != "sqlite"
+    shared = served.dialect.name != "sqlite"
     assert (reads == admission) is shared, seen.held
     if shared:
         statements = admission[0]
@@ -116,7 +116,9 @@ def test_memory_is_read_on_the_admissions_connection_after_its_commit(
     model.assert_done()
 
 
-def test_a_refused_turn_reads_no_memory(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refused_turn_reads_no_memory(
+    db_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The memory read follows the admission's commit: a turn refused with 429 reads nothing."""
     model = ScriptedModel([Text("Answered.")])
     user = f"refused-{uuid.uuid4().hex[:8]}"
@@ -136,7 +138,7 @@ def test_a_refused_turn_reads_no_memory(db_url: str, monkeypatch: pytest.MonkeyP
         )
         assert refused.status_code == 429, refused.text
         assert reads == [user]
-        assert turns_counted(app.state.runtime.limits.engine, user) == 1
+        assert turns_counted(engine, user) == 1
     model.assert_done()
 
 
@@ -158,7 +160,11 @@ def _failing(error: BaseException | None, pause: float) -> Callable[..., Any]:
     ids=["fails", "hangs past both deadlines"],
 )
 def test_a_memory_read_that_fails_costs_the_turn_its_memory_not_its_admission(
-    db_url: str, monkeypatch: pytest.MonkeyPatch, error: BaseException | None, pause: float
+    db_url: str,
+    engine: Engine,
+    monkeypatch: pytest.MonkeyPatch,
+    error: BaseException | None,
+    pause: float,
 ) -> None:
     """The read fails, or outlasts both the memory read's and the limit check's deadlines: the
     turn goes on without memory (`unavailable`), fail open; its admission stands as committed
@@ -172,7 +178,6 @@ def test_a_memory_read_that_fails_costs_the_turn_its_memory_not_its_admission(
         store = app.state.runtime.limits
         waived_before = limit_checks_failed()
         start = chat(url, user, {"message": "Hello."})
-        engine = store.engine
         assert start["memory"]["status"] == "unavailable"
         assert start["transcript"]["status"] == "stored"
         assert [(role, status) for _turn, role, status in user_rows(engine, user)] == [
