@@ -4,9 +4,8 @@ behind can never commit (see `app.db.guard`)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from app.db.admission import admitted
 from app.db.guard import Fence, current_fence
@@ -69,21 +68,23 @@ async def _fenced_within(seconds: float, work: Callable[[], Awaitable[T]], what:
 
 
 class Handover(Generic[T]):
-    """A value a worker thread hands to the event loop before its call ends (`within_staged`):
-    called once, from the thread."""
+    """The first stage's value, set once by the worker thread (`within_staged`). Setting it
+    wakes nobody: the event loop looks at it when the work ends, or at its next check."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self.future: asyncio.Future[T] = loop.create_future()
+    __slots__ = ("handed", "value")
+
+    def __init__(self) -> None:
+        self.handed = False
+        self.value: T | None = None
 
     def __call__(self, value: T) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits for this
-            self._loop.call_soon_threadsafe(_settle, self.future, value)
+        self.value = value
+        self.handed = True  # after the value: a reader that sees the flag sees the value
 
 
-def _settle(future: asyncio.Future[T], value: T) -> None:
-    if not future.done():
-        future.set_result(value)
+# How often `within_staged` looks whether the first stage is done while the rest still runs:
+# the longest a rest that runs late (a read that hangs) holds the first stage back.
+STAGE_CHECK_SECONDS = 0.02
 
 
 class Later(Generic[R]):
@@ -115,18 +116,29 @@ class Later(Generic[R]):
 
 
 async def within_staged(
-    seconds: float, work: Callable[[Handover[T]], Awaitable[R]], *, what: str, rest: str
+    seconds: float,
+    work: Callable[[Handover[T]], Awaitable[R]],
+    *,
+    what: str,
+    rest: str,
+    check_every: float = STAGE_CHECK_SECONDS,
 ) -> tuple[T, Later[R]]:
-    """`within` for work in two stages on one worker thread: what `work` hands over (its
-    `Handover`) is awaited for at most `seconds`, and the rest of `work` goes on in the same
+    """`within` for work in two stages on one worker thread: the first stage's value (set on
+    its `Handover`) is waited for at most `seconds`, and the rest of `work` goes on in the same
     thread, on the same connection, awaited later by its own deadline (`Later.result`). One
     thread hop and checkout serve both stages.
+
+    Usually both end before the first is returned: one wake of the event loop, when the work
+    ends. A rest still running `check_every` seconds after the first stage was handed over is
+    left to run on, and the first stage returned without it. Handing over from the thread does
+    not wake the loop: that wake, while the rest ran, cost the loop and the thread turns at
+    the GIL and more time than it saved (docs/performance.md).
 
     Both stages share one fence and one worker slot, held until the rest ends. A deadline or a
     cancellation before the hand-over abandons everything, as `within` does; a failure of the
     rest (raised by `Later.result`) changes nothing of what was handed over."""
     loop = asyncio.get_running_loop()
-    fence, handover = Fence(), Handover[T](loop)
+    fence, handover = Fence(), Handover[T]()
     started: asyncio.Future[None] = loop.create_future()
 
     async def fenced() -> R:
@@ -143,14 +155,15 @@ async def within_staged(
         await asyncio.wait(queued, return_when=asyncio.FIRST_COMPLETED)
         if not started.done():
             task.result()  # DatabaseBusyError (the queue), or a cancellation
-        running: set[asyncio.Future[Any]] = {handover.future, task}
-        await asyncio.wait(running, timeout=max(seconds, 0.0), return_when=asyncio.FIRST_COMPLETED)
+        deadline = loop.time() + max(seconds, 0.0)
+        while not task.done() and not handover.handed and (left := deadline - loop.time()) > 0:
+            await asyncio.wait({task}, timeout=min(check_every, left))
     except asyncio.CancelledError:
         fence.abandon()
         task.cancel()
         raise
-    if handover.future.done():
-        return handover.future.result(), Later(task, fence, rest)
+    if handover.handed:
+        return cast("T", handover.value), Later(task, fence, rest)
     if task.done():
         task.result()  # what the first stage raised
         raise RuntimeError(f"{what} ended without handing its result over")

@@ -156,7 +156,7 @@ def _failing(error: BaseException | None, pause: float) -> Callable[..., Any]:
 
 @pytest.mark.parametrize(
     ("error", "pause"),
-    [(RuntimeError("scripted: the memory read fails"), 0.0), (None, 1.2)],
+    [(RuntimeError("scripted: the memory read fails"), 0.0), (None, 1.5)],
     ids=["fails", "hangs past both deadlines"],
 )
 def test_a_memory_read_that_fails_costs_the_turn_its_memory_not_its_admission(
@@ -173,7 +173,7 @@ def test_a_memory_read_that_fails_costs_the_turn_its_memory_not_its_admission(
     model = ScriptedModel([Text("Answered without memory.")])
     user = f"read-fails-{uuid.uuid4().hex[:8]}"
     monkeypatch.setattr(repository, "load_snapshot_and_save_mode", _failing(error, pause))
-    settings = {**LIMITS, "memory_read_timeout_seconds": 0.3, "limit_check_timeout_seconds": 0.6}
+    settings = {**LIMITS, "memory_read_timeout_seconds": 0.5, "limit_check_timeout_seconds": 0.8}
     with serving(db_url, model, **settings) as (url, app):
         store = app.state.runtime.limits
         waived_before = limit_checks_failed()

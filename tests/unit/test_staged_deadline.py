@@ -1,7 +1,8 @@
 """`within_staged`: work in two stages on one worker thread, each awaited by its own deadline.
-What the first stage hands over is the caller's once handed; the rest can fail or run late
-without touching it; a deadline on either stage abandons the work's fence (its connections
-broken, nothing more committed); the worker slot is held until the rest ends."""
+Usually both arrive together; what the first stage hands over is the caller's once handed; the
+rest can fail or run late (it is then left running) without touching it; a deadline on either
+stage abandons the work's fence (its connections broken, nothing more committed); the worker
+slot is held until the rest ends."""
 
 from __future__ import annotations
 
@@ -64,6 +65,19 @@ def test_the_first_stage_is_handed_over_while_the_rest_runs_on() -> None:
 
     asyncio.run(scenario())
     assert worker.fence is not None and not worker.fence.abandoned
+
+
+def test_a_rest_that_ends_soon_arrives_with_the_first_stage() -> None:
+    """Usually both stages end before the first is returned: the caller is woken once."""
+    worker = Worker()
+
+    async def scenario() -> None:
+        first, later = await within_staged(1.0, worker.work(), what="first", rest="rest")
+        assert first == 1
+        assert worker.ended.is_set()
+        assert await later.result(0.0) == 2  # no wait left: it is there already
+
+    asyncio.run(scenario())
 
 
 def test_a_rest_that_fails_raises_from_its_result_only() -> None:
