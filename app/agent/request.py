@@ -41,7 +41,7 @@ class MessageWrite:
 
 
 # The caller's memory and save mode, read on the connection of the route's admission once it
-# has committed (`LimitStore.admit_then`), awaited by the turn's start.
+# has committed (`LimitStore.admit_with`), awaited by the turn's start.
 MemoryRead = Later[tuple[Snapshot, SaveMode]]
 
 

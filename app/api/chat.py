@@ -199,12 +199,13 @@ async def admit_turn(
         project_id=project_id,
         replaces=replaces,
     )
-    if reads_memory:
-        # The scope a turn reads (app/agent/opening.py): fixed by the request, never the model.
-        read = runtime.memory.read_with_save_mode_on(user_id, Scope(project_id, owner=False))
-        admission, stored, memory = await store.admit_then(caller, limits, message, read)
-    else:
-        (admission, stored), memory = await store.admit_with(caller, limits, message), None
+    # The scope a turn reads (app/agent/opening.py): fixed by the request, never the model.
+    read = (
+        runtime.memory.read_with_save_mode_on(user_id, Scope(project_id, owner=False))
+        if reads_memory
+        else None
+    )
+    admission, stored, memory = await store.admit_with(caller, limits, message, read)
     return admission, MessageWrite(conversation_id, committed=stored is not None), memory
 
 

@@ -88,8 +88,9 @@ STAGE_CHECK_SECONDS = 0.02
 
 
 class Later(Generic[R]):
-    """The rest of `within_staged` work, still running in its worker thread under its own fence:
-    `result` waits for it by a deadline of its own; `abandon` gives it up unread."""
+    """The rest of `within_staged` work, in its worker thread under its own fence (usually it
+    has ended by the time it is asked for): `result` waits for it by a deadline of its own;
+    `abandon` gives it up unread."""
 
     def __init__(self, task: asyncio.Future[R], fence: Fence, what: str) -> None:
         self._task = task

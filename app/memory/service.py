@@ -123,7 +123,7 @@ class MemoryService:
         self, user_id: str, scope: Scope = GENERAL
     ) -> Callable[[Connection], tuple[Snapshot, SaveMode]]:
         """`read_with_save_mode` as work for a connection of the caller's, outside any
-        transaction (after the limits' admission has committed, `LimitStore.admit_then`)."""
+        transaction (after the limits' admission has committed, `LimitStore.admit_with`)."""
 
         def read(connection: Connection) -> tuple[Snapshot, SaveMode]:
             try:

@@ -178,59 +178,47 @@ class LimitStore:
         return self.engine.dialect.name != "sqlite"
 
     async def admit_with(
-        self, caller: Caller, limits: Limits, work: Callable[[Connection], T]
-    ) -> tuple[Admission, T | None]:
-        """Admit a request as `admit` does, with `work` in the admission's transaction (the
-        turn's user message: one worker-thread hop, checkout and commit fewer before the first
-        text). The work runs first; a refusal rolls it back with the rest.
-
-        The work's result is None when it was not done: every limit off (nothing to share a
-        transaction with), a database that does not share (`shares_writes`), or the shared
-        transaction failed, after which the admission is taken as `admit` takes it (on its
-        own, or waived when the database is slow or busy) and the caller does the work itself,
-        as if this had not been tried."""
-        if limits.off or not self.shares_writes:
-            return await self.admit(caller, limits), None
-        try:
-            return await self._checked(caller, limits, work)
-        except RateLimited:
-            raise
-        except Exception as error:
-            return await self._after_shared_failure(caller, limits, error)
-
-    async def admit_then(
         self,
         caller: Caller,
         limits: Limits,
         work: Callable[[Connection], T],
-        then: Callable[[Connection], R],
+        then: Callable[[Connection], R] | None = None,
     ) -> tuple[Admission, T | None, Later[R] | None]:
-        """`admit_with`, then `then` on the same connection in the same worker thread, after
-        the commit and outside its transaction (the turn's memory read: one worker-thread hop
-        and checkout fewer before the first text). The admission is returned as soon as it has
-        committed; `then` goes on, awaited by its own deadline (`Later.result`), and whatever
-        it does or raises changes nothing of the admission.
+        """Admit a request as `admit` does, with `work` in the admission's transaction (the
+        turn's user message: one worker-thread hop, checkout and commit fewer before the first
+        text). The work runs first; a refusal rolls it back with the rest.
 
-        The `Later` is None where `then` was not run: wherever `admit_with` would not share
-        its transaction, or the shared transaction failed."""
+        `then` (the turn's memory read) runs next on the same connection in the same worker
+        thread, after the commit and outside the transaction: one more hop and checkout fewer.
+        It comes back as a `Later`, awaited by its own deadline (`Later.result`); whatever it
+        does or raises changes nothing of the admission.
+
+        The work's result and the `Later` are None when they were not done: every limit off
+        (nothing to share a transaction with), a database that does not share
+        (`shares_writes`), or the shared transaction failed, after which the admission is taken
+        as `admit` takes it (on its own, or waived when the database is slow or busy) and the
+        caller does the work itself, as if this had not been tried."""
         if limits.off or not self.shares_writes:
             return await self.admit(caller, limits), None, None
         try:
+            if then is None:
+                admission, done = await self._checked(caller, limits, work)
+                return admission, done, None
             (admission, done), later = await self._staged(caller, limits, work, then)
         except RateLimited:
             raise
         except Exception as error:
-            return *(await self._after_shared_failure(caller, limits, error)), None
+            return await self._after_shared_failure(caller, limits, error), None, None
         return admission, done, later
 
     async def _after_shared_failure(
         self, caller: Caller, limits: Limits, error: Exception
-    ) -> tuple[Admission, None]:
+    ) -> Admission:
         if isinstance(error, DeadlineExceededError | DatabaseBusyError):
             # A second try would wait as long again: let the request through, as `admit` does.
-            return self._waived(caller, error), None
+            return self._waived(caller, error)
         log.warning("limits.shared_write_failed", error_type=type(error).__name__)
-        return await self.admit(caller, limits), None
+        return await self.admit(caller, limits)
 
     async def _staged(
         self,
@@ -239,7 +227,7 @@ class LimitStore:
         work: Callable[[Connection], T],
         then: Callable[[Connection], R],
     ) -> tuple[tuple[Admission, T], Later[R]]:
-        def admit_then(handover: Handover[tuple[Admission, T]]) -> R:
+        def admit_and_read(handover: Handover[tuple[Admission, T]]) -> R:
             def after(connection: Connection, admitted: tuple[Admission, T]) -> R:
                 handover(admitted)  # the caller's from here: nothing below undoes it
                 return then(connection)
@@ -249,7 +237,7 @@ class LimitStore:
         try:
             return await within_staged(
                 self.timeout_seconds,
-                lambda handover: to_thread(admit_then, handover),
+                lambda handover: to_thread(admit_and_read, handover),
                 what="limit check",
                 rest="memory read",
             )
