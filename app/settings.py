@@ -30,8 +30,11 @@ class Settings(BaseSettings):
 
     # Database waits: every one is bounded (docs/operations-timeouts.md has the per-dialect notes)
     db_connect_timeout_seconds: int = Field(default=5, ge=2, le=300)
-    db_pool_size: int = Field(default=5, ge=1, le=200)
-    db_pool_max_overflow: int = Field(default=10, ge=0, le=200)
+    # Every connection the pool may open is kept: one returned above the pool size is closed,
+    # so under a steady load past it each call would open a new one (a server process on
+    # PostgreSQL, a TLS context with PyMySQL). Overflow is for operators who want that.
+    db_pool_size: int = Field(default=15, ge=1, le=200)
+    db_pool_max_overflow: int = Field(default=0, ge=0, le=200)
     db_pool_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
     db_statement_timeout_seconds: float = Field(default=15.0, ge=1, le=3600)
     db_lock_timeout_seconds: float = Field(default=5.0, ge=1, le=3600)
