@@ -25,7 +25,10 @@ from sse_starlette import EventSourceResponse
 client = AsyncOpenAI(
     base_url=os.environ.get("LLM_BASE_URL", "http://127.0.0.1:8081/v1"),
     api_key=os.environ.get("LLM_API_KEY", "unused"),
-    max_retries=0,
+    # One retry of a request that never started, as the service's own client has
+    # (app/agent/llm.py): without it, a pooled connection the stub closed while idle between
+    # two blocks failed a turn now and then at 32 concurrent, and the run with it.
+    max_retries=1,
     # FLOOR_AIOHTTP=1: the SDK's aiohttp client (as the service uses) instead of its default.
     http_client=DefaultAioHttpClient() if os.environ.get("FLOOR_AIOHTTP") == "1" else None,
 )

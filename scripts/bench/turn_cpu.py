@@ -7,9 +7,11 @@ backend adds) and the stub model (the model's own share, the floor of the direct
         [--floor] [--io-floor] [--variants] [--out NAME]
 
 Each process's user + system CPU comes from `/proc/<pid>/stat` before and after the timed
-turns (after a warm-up), divided by the turns. With `--root` the service runs from another
-checkout; with `--baseline` another checkout (the code before a change) is served too, in
-alternated blocks with this one. With `--floor` the floor app
+turns (after a warm-up), divided by the turns; the client's too (this process), and on
+PostgreSQL the database server's (every `postgres` process, and the server processes that ended
+meanwhile), so that a turn's whole cost to the machine adds up. With `--root` the service runs
+from another checkout; with `--baseline` another checkout (the code before a change) is served
+too, in alternated blocks with this one. With `--floor` the floor app
 (`scripts/bench/floor_app.py`, the required stack alone) is measured too, in `--blocks`
 alternated blocks with the service: the service's CPU over the floor's is what its own work
 costs. With `--io-floor` the floor app plus the database work every turn owes
@@ -66,6 +68,31 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU of `pid` (and its threads) so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def postgres_cpu_seconds() -> float:
+    """User + system CPU of the PostgreSQL server so far: its live processes, plus the processes
+    its postmaster has reaped (the postmaster's children's times)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+            name, fields = (
+                text[text.index("(") + 1 : text.rindex(")")],
+                text.rpartition(")")[2].split(),
+            )
+            if name != "postgres":
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+            if Path(f"/proc/{fields[1]}/comm").read_text().strip() != "postgres":  # the postmaster
+                total += int(fields[13]) + int(fields[14])  # cutime, cstime
+        except OSError:  # the process ended while we looked
+            continue
+    return total / TICKS
+
+
+def no_cpu_seconds() -> float:
+    return 0.0
 
 
 async def turns(url: str, count: int, concurrency: int) -> None:
@@ -133,14 +160,16 @@ def main() -> None:
             targets["io_floor"] = stack.enter_context(
                 io_floor_service(model_url, io_url, directory)
             )
+        server = postgres_cpu_seconds if args.database == "postgresql" else no_cpu_seconds
         for target_url, _pid in targets.values():
             asyncio.run(turns(target_url, 50, args.concurrency))  # warm-up
         for _ in range(blocks):
             for name, (target_url, pid) in targets.items():
-                before = cpu_seconds(pid), cpu_seconds(model), cpu_seconds(os.getpid())
+                me = os.getpid()
+                before = cpu_seconds(pid), cpu_seconds(model), cpu_seconds(me), server()
                 asyncio.run(turns(target_url, per_block, args.concurrency))
-                after = cpu_seconds(pid), cpu_seconds(model), cpu_seconds(os.getpid())
-                totals = spent.setdefault(name, [0.0, 0.0, 0.0])
+                after = cpu_seconds(pid), cpu_seconds(model), cpu_seconds(me), server()
+                totals = spent.setdefault(name, [0.0, 0.0, 0.0, 0.0])
                 for index, (start, end) in enumerate(zip(before, after, strict=True)):
                     totals[index] += end - start
     figures: dict[str, object] = {
@@ -150,16 +179,21 @@ def main() -> None:
         "root": str(args.root),
     }
     for name, totals in spent.items():
-        server_ms, model_ms, client_ms = (total * 1000 / (per_block * blocks) for total in totals)
+        server_ms, model_ms, client_ms, database_ms = (
+            total * 1000 / (per_block * blocks) for total in totals
+        )
+        on_server = f", database server {database_ms:.2f} ms" if database_ms else ""
         print(
             f"{name}: {per_block * blocks} turns on {args.database} at concurrency "
             f"{args.concurrency}: {server_ms:.2f} ms CPU per turn, stub model {model_ms:.2f} ms, "
-            f"client {client_ms:.2f} ms"
+            f"client {client_ms:.2f} ms{on_server}"
         )
         prefix = "" if name == "service" else f"{name}_"
         figures[f"{prefix}service_cpu_ms_per_turn"] = round(server_ms, 3)
         figures[f"{prefix}stub_model_cpu_ms_per_turn"] = round(model_ms, 3)
         figures[f"{prefix}client_cpu_ms_per_turn"] = round(client_ms, 3)
+        if args.database == "postgresql":
+            figures[f"{prefix}database_server_cpu_ms_per_turn"] = round(database_ms, 3)
     write_results(args.out or f"turn_cpu_{args.database}", figures)
 
 
