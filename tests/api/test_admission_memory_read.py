@@ -1,9 +1,8 @@
 """A turn's memory is read on its admission's connection, once the admission has committed, on
-every database that shares the admission with the user's message (PostgreSQL, MariaDB; on
-SQLite the turn's start reads it, as before): the model sees the same memory; a refused turn
-reads none; and a read that fails or hangs there costs the turn its memory, never its
-admission (counted once, its slot taken and freed, its message stored once, its limits never
-waived)."""
+every database (the admission also stores the user's message on PostgreSQL and MariaDB; on
+SQLite the turn's start stores it): the model sees the same memory; a refused turn reads none;
+and a read that fails or hangs there costs the turn its memory, never its admission (counted
+once, its slot taken and freed, its message stored once, its limits never waived)."""
 
 from __future__ import annotations
 
@@ -87,10 +86,9 @@ def prompt_of(model: ScriptedModel, call: int) -> str:
 def test_memory_is_read_on_the_admissions_connection_after_its_commit(
     db_url: str, engine: Engine, continuing: bool
 ) -> None:
-    """Where the admission stores the message, the same checkout then reads the caller's
-    memory with the save mode, after the admission's COMMIT and outside its transaction (on
-    SQLite, in a checkout of its own): one worker-thread hop and checkout fewer per turn. The
-    model sees the memory either way."""
+    """The admission's checkout then reads the caller's memory with the save mode, after the
+    admission's COMMIT and outside its transaction: one worker-thread hop and checkout fewer
+    per turn. The model sees the memory either way."""
     model = ScriptedModel([Text("First."), Text("Second.")])
     user = f"early-{uuid.uuid4().hex[:8]}"
     with serving(db_url, model, **LIMITS) as (url, app):
@@ -106,13 +104,19 @@ def test_memory_is_read_on_the_admissions_connection_after_its_commit(
     assert len(reads) == 1, seen.held
     admission = seen.holding("limit_counters")
     assert len(admission) == 1, seen.held
-    shared = served.dialect.name != "sqlite"
-    assert (reads == admission) is shared, seen.held
-    if shared:
-        statements = admission[0]
-        commit = max(i for i, s in enumerate(statements) if "limit_counters" in s or "slot" in s)
-        read = next(i for i, s in enumerate(statements) if "memory_preferences" in s)
-        assert read > commit, statements  # after the admission's statements, not among them
+    assert reads == admission, seen.held
+    statements = admission[0]
+    commit = max(i for i, s in enumerate(statements) if "limit_counters" in s or "slot" in s)
+    read = next(i for i, s in enumerate(statements) if "memory_preferences" in s)
+    assert read > commit, statements  # after the admission's statements, not among them
+    # The user's message: in the admission where the database shares it, else on its own.
+    inserts = [
+        statements
+        for statements in seen.held
+        if any("insert" in s and "conversation_messages" in s for s in statements)
+    ]
+    assert len(inserts) == 2, seen.held  # the message's and the answer's
+    assert (statements in inserts) is (served.dialect.name != "sqlite"), seen.held
     model.assert_done()
 
 
