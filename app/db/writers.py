@@ -15,6 +15,7 @@ import hashlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event, text
@@ -56,8 +57,13 @@ class WriterLockTimeoutError(RuntimeError):
     """The user's writer lock was not granted within the lock timeout (another writer held it)."""
 
 
+@lru_cache(maxsize=4096)
 def writes_memory_state(statement: str) -> bool:
-    """Whether this SQL inserts, updates or deletes rows of a memory-state table."""
+    """Whether this SQL inserts, updates or deletes rows of a memory-state table.
+
+    Remembered per statement text: the guard asks for every statement the service sends, and
+    the texts are few (SQLAlchemy's compiled cache hands out the same ones), where the search
+    runs over the whole text each time."""
     return _WRITES.search(statement) is not None
 
 
