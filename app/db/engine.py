@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.pool import StaticPool
 
-from app.db import guard, writers
+from app.db import guard, sqlite_writers, writers
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -201,6 +201,8 @@ def build_engine(url: str, limits: DatabaseLimits | None = None, *, echo: bool =
         if database in ("", ":memory:"):
             kwargs["poolclass"] = StaticPool
             pooled = False
+        lock = sqlite_writers.writer_lock(database)
+        kwargs["connect_args"]["factory"] = sqlite_writers.connection_class(lock)
     if backend in ("mysql", "mariadb"):
         kwargs["pool_recycle"] = 3600
     if pooled:
@@ -218,7 +220,7 @@ def build_engine(url: str, limits: DatabaseLimits | None = None, *, echo: bool =
     if backend == "postgresql" and limits.pooler == "transaction":
         _bound_transactions(engine, limits)
     if backend == "sqlite":
-        _configure_sqlite(engine)
+        _configure_sqlite(engine, limits)
     guard.install(engine, lease_seconds=limits.operation_timeout_seconds)
     writers.install_guard(engine)  # memory state is written only under a user's writer lock
     return engine
@@ -300,8 +302,9 @@ def truncate_wal(engine: Engine) -> bool:
     return busy is None or busy[0] == 0
 
 
-def _configure_sqlite(engine: Engine) -> None:
-    """Take control of BEGIN (pysqlite's own handling defers it) so writers can lock up front."""
+def _configure_sqlite(engine: Engine, limits: DatabaseLimits) -> None:
+    """Take control of BEGIN (pysqlite's own handling defers it) so writers can lock up front,
+    one at a time in this process (app/db/sqlite_writers.py)."""
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -320,5 +323,13 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        immediate = connection.get_execution_options().get(SQLITE_IMMEDIATE, False)
-        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        if not connection.get_execution_options().get(SQLITE_IMMEDIATE, False):
+            connection.exec_driver_sql("BEGIN")
+            return
+        dbapi_connection: sqlite_writers.WriterConnection = connection.connection.dbapi_connection
+        dbapi_connection.take_writer_lock(limits.lock_timeout_seconds)
+        try:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        except BaseException:
+            dbapi_connection.let_go()
+            raise

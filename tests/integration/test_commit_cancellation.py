@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 from sqlalchemy import Engine, text
@@ -25,6 +24,7 @@ from tests.support.memory_db import (
     rows,
     watch,
 )
+from tests.support.sqlite_writers import record_writer_lock
 
 WAIT_SECONDS = 30
 BATCHES = [
@@ -125,13 +125,6 @@ async def test_failed_batch_in_worker_commits_nothing(engine: Engine) -> None:
     assert rows(engine, "alice") == before
 
 
-def blocking_statement(dialect: str) -> Callable[[str], bool]:
-    """The statement at which the worker waits for the lock another connection holds."""
-    if dialect == "sqlite":
-        return lambda statement: statement.upper().startswith("BEGIN IMMEDIATE")
-    return is_memory_load
-
-
 async def test_cancelling_the_task_while_the_worker_is_blocked_commits_nothing(
     engine: Engine,
 ) -> None:
@@ -140,6 +133,9 @@ async def test_cancelling_the_task_while_the_worker_is_blocked_commits_nothing(
     ends cancelled, and nothing is committed."""
     before = seed(engine)
     dialect = engine.dialect.name
+    # SQLite: the worker waits for the process's writer lock, which the holder's BEGIN IMMEDIATE
+    # took (app/db/sqlite_writers.py); elsewhere for the row lock, at the memory's load.
+    writer_lock = record_writer_lock(engine) if dialect == "sqlite" else None
     holder = engine.connect()
     if dialect == "sqlite":
         holder = holder.execution_options(**{SQLITE_IMMEDIATE: True})
@@ -151,12 +147,11 @@ async def test_cancelling_the_task_while_the_worker_is_blocked_commits_nothing(
                 "WHERE user_id = 'alice' AND memory_type = 'user' FOR UPDATE"
             )
         )
-    reached = threading.Event()
-    is_blocking = blocking_statement(dialect)
+    reached = writer_lock.waiting if writer_lock is not None else threading.Event()
     worker_thread: list[int] = []
 
     def before_statement(statement: str) -> None:
-        if is_blocking(statement) and threading.get_ident() in worker_thread:
+        if is_memory_load(statement) and threading.get_ident() in worker_thread:
             reached.set()
 
     service = MemoryService(engine)
