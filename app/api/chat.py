@@ -182,27 +182,22 @@ async def admit_turn(
     *,
     reads_memory: bool,
 ) -> tuple[Admission, MessageWrite | None, MemoryRead | None]:
-    """The turn's admission under the caller's limits (429 when refused) and, where the
-    database shares that transaction (`LimitStore.shares_writes`), the user's message stored in
-    it; then (`reads_memory`), on every database, the caller's memory read on its connection
-    once it committed. None: not tried, the turn's start stores the message or reads memory
-    itself."""
+    """The turn's admission under the caller's limits (429 when refused) with the user's
+    message stored in its transaction, then (`reads_memory`) the caller's memory read on its
+    connection once it committed. None: not tried (every limit off), the turn's start stores
+    the message or reads memory itself."""
     limits, store, caller = runtime.user_limits(), runtime.limits, Caller.user(user_id)
     if limits.off:  # no admission's connection to share
         return await store.admit(caller, limits), None, None
     conversation_id = wanted.conversation_id or new_conversation_id()
-    message = (
-        runtime.conversations.user_message(
-            user_id,
-            turn_id,
-            wanted.message,
-            conversation_id=conversation_id,
-            new=conversation is None,
-            project_id=project_id,
-            replaces=replaces,
-        )
-        if store.shares_writes
-        else None
+    message = runtime.conversations.user_message(
+        user_id,
+        turn_id,
+        wanted.message,
+        conversation_id=conversation_id,
+        new=conversation is None,
+        project_id=project_id,
+        replaces=replaces,
     )
     # The scope a turn reads (app/agent/opening.py): fixed by the request, never the model.
     read = (
@@ -211,8 +206,6 @@ async def admit_turn(
         else None
     )
     admission, stored, memory = await store.admit_with(caller, limits, message, read)
-    if message is None:
-        return admission, None, memory
     return admission, MessageWrite(conversation_id, committed=stored is not None), memory
 
 

@@ -169,44 +169,33 @@ class LimitStore:
             return self._waived(caller, error)
         return admission
 
-    @property
-    def shares_writes(self) -> bool:
-        """Whether a turn's user message is worth a place in the admission's transaction
-        (`admit_with`'s `work`). Not on SQLite: its one write lock, held longer by the
-        admission, made waiters past the limit check's deadline at 32 concurrent turns, where
-        its commits (no disk flush) save no time (docs/performance.md, "Round trips per turn").
-        The memory read (`then`) runs after the commit, holding no lock: on every database."""
-        return self.engine.dialect.name != "sqlite"
-
     async def admit_with(
         self,
         caller: Caller,
         limits: Limits,
-        work: Callable[[Connection], T] | None,
+        work: Callable[[Connection], T],
         then: Callable[[Connection], R] | None = None,
     ) -> tuple[Admission, T | None, Later[R] | None]:
         """Admit a request as `admit` does, with `work` in the admission's transaction (the
-        turn's user message where `shares_writes`: one worker-thread hop, checkout and commit
-        fewer before the first text). The work runs first; a refusal rolls it back with the
-        rest.
+        turn's user message: one worker-thread hop, checkout and commit fewer before the first
+        text). The work runs first; a refusal rolls it back with the rest.
 
         `then` (the turn's memory read) runs next on the same connection in the same worker
         thread, after the commit and outside the transaction: one more hop and checkout fewer.
         It comes back as a `Later`, awaited by its own deadline (`Later.result`); whatever it
         does or raises changes nothing of the admission.
 
-        The work's result and the `Later` are None when they were not done: not asked for,
-        every limit off (nothing to share a connection with), or the shared transaction
-        failed, after which the admission is taken as `admit` takes it (on its own, or waived
-        when the database is slow or busy) and the caller does the work itself, as if this had
-        not been tried."""
-        if limits.off or (work is None and then is None):
+        The work's result and the `Later` are None when they were not done: every limit off
+        (nothing to share a transaction with), or the shared transaction failed, after which
+        the admission is taken as `admit` takes it (on its own, or waived when the database is
+        slow or busy) and the caller does the work itself, as if this had not been tried."""
+        if limits.off:
             return await self.admit(caller, limits), None, None
         try:
             if then is None:
-                admission, done = await self._checked(caller, limits, work or _no_work)
+                admission, done = await self._checked(caller, limits, work)
                 return admission, done, None
-            (admission, done), later = await self._staged(caller, limits, work or _no_work, then)
+            (admission, done), later = await self._staged(caller, limits, work, then)
         except RateLimited:
             raise
         except Exception as error:

@@ -1,6 +1,5 @@
-"""A turn's user message is stored in its admission's transaction, on every database that shares
-it (PostgreSQL, MariaDB; SQLite stores it at the turn's start, as before): the turn counted and
-its message stored commit together; a turn whose client leaves before it runs leaves its
+"""A turn's user message is stored in its admission's transaction, on every database: the turn
+counted and its message stored commit together; a turn whose client leaves before it runs leaves its
 message and its one assistant row, or neither, and frees its slot; a shared write that fails
 leaves the turn to be admitted and stored the way it was before, once; and a write retried
 after a failure that may have committed finds the message instead of storing it twice."""
@@ -124,8 +123,7 @@ def chat(url: str, user: str, body: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("continuing", [False, True], ids=["new conversation", "continuing"])
 def test_the_turn_counted_and_its_message_commit_together(db_url: str, continuing: bool) -> None:
     """The transaction that counts the turn is the one that stores its user message, for a new
-    conversation and a continuing one, where the database shares it (on SQLite the message has
-    a transaction of its own, as before); the answer row follows in a transaction of its own."""
+    conversation and a continuing one; the answer row follows in a transaction of its own."""
     model = ScriptedModel([Text("First."), Text("Second.")])
     user = f"shared-{uuid.uuid4().hex[:8]}"
     with serving(db_url, model, **LIMITS) as (url, app):
@@ -138,8 +136,7 @@ def test_the_turn_counted_and_its_message_commit_together(db_url: str, continuin
     assert start["transcript"]["status"] == "stored"
     counting = seen.writing("limit_counters")
     assert len(counting) == 1, seen.committed
-    shared = engine.dialect.name != "sqlite"
-    assert any("conversation_messages" in s for s in counting[0]) is shared, counting[0]
+    assert any("conversation_messages" in s for s in counting[0]), counting[0]
     assert len(seen.writing("conversation_messages")) == 2  # the message's, the answer's
     assert [role for _turn, role, _status in rows] == ["user", "assistant"] * 2
     assert rows[2][0] == rows[3][0] == start["turn_id"]
@@ -152,8 +149,7 @@ def test_a_client_gone_before_the_turn_runs_leaves_an_interrupted_row_and_a_free
 ) -> None:
     """The response's first send fails, so the turn never runs and the model is never called:
     the message stored with the admission is followed by the turn's one assistant row,
-    `interrupted`, whose transaction frees the stream slot (on SQLite, where the turn's start
-    stores the message, nothing is stored)."""
+    `interrupted`, whose transaction frees the stream slot."""
     model = ScriptedModel([])  # any model call fails the test
     user = f"gone-{uuid.uuid4().hex[:8]}"
     app = create_app(api_settings(db_url, **LIMITS), model_transport=model.transport())
@@ -197,10 +193,7 @@ def test_a_client_gone_before_the_turn_runs_leaves_an_interrupted_row_and_a_free
         engine = store.engine
         assert sent[:1] == ["http.response.start"]
         stored = [(role, status) for _turn, role, status in user_rows(engine, user)]
-        if engine.dialect.name == "sqlite":
-            assert stored == []
-        else:
-            assert stored == [("user", "complete"), ("assistant", "interrupted")]
+        assert stored == [("user", "complete"), ("assistant", "interrupted")]
         assert store.open_slots(Caller.user(user)) == 0
     assert model.calls == 0
 
