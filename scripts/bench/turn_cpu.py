@@ -64,31 +64,35 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of `pid` (and its threads) so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+def _stat(pid: int | str) -> tuple[str, list[str]]:
+    """A process's command name and the fields of `/proc/<pid>/stat` after it."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.index("(") + 1 : text.rindex(")")], text.rpartition(")")[2].split()
+
+
+def cpu_seconds(pid: int | str, *, reaped: bool = False) -> float:
+    """User + system CPU of `pid` (and its threads) so far; with `reaped`, also that of the
+    children it has waited for."""
+    fields = _stat(pid)[1]
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / TICKS
 
 
 def postgres_cpu_seconds() -> float:
-    """User + system CPU of the PostgreSQL server so far: its live processes, plus the processes
-    its postmaster has reaped (the postmaster's children's times)."""
-    total = 0
+    """CPU of the PostgreSQL server so far: its live processes, plus the processes its
+    postmaster (the one whose parent is not `postgres`) has reaped."""
+    total = 0.0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            text = stat.read_text()
-            name, fields = (
-                text[text.index("(") + 1 : text.rindex(")")],
-                text.rpartition(")")[2].split(),
-            )
-            if name != "postgres":
-                continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-            if Path(f"/proc/{fields[1]}/comm").read_text().strip() != "postgres":  # the postmaster
-                total += int(fields[13]) + int(fields[14])  # cutime, cstime
+            name, fields = _stat(stat.parent.name)
+            if name == "postgres":
+                postmaster = _stat(fields[1])[0] != "postgres"
+                total += cpu_seconds(stat.parent.name, reaped=postmaster)
         except OSError:  # the process ended while we looked
             continue
-    return total / TICKS
+    return total
 
 
 def no_cpu_seconds() -> float:
@@ -160,7 +164,8 @@ def main() -> None:
             targets["io_floor"] = stack.enter_context(
                 io_floor_service(model_url, io_url, directory)
             )
-        server = postgres_cpu_seconds if args.database == "postgresql" else no_cpu_seconds
+        postgres = args.database == "postgresql"
+        server = postgres_cpu_seconds if postgres else no_cpu_seconds
         for target_url, _pid in targets.values():
             asyncio.run(turns(target_url, 50, args.concurrency))  # warm-up
         for _ in range(blocks):
@@ -182,7 +187,7 @@ def main() -> None:
         server_ms, model_ms, client_ms, database_ms = (
             total * 1000 / (per_block * blocks) for total in totals
         )
-        on_server = f", database server {database_ms:.2f} ms" if database_ms else ""
+        on_server = f", database server {database_ms:.2f} ms" if postgres else ""
         print(
             f"{name}: {per_block * blocks} turns on {args.database} at concurrency "
             f"{args.concurrency}: {server_ms:.2f} ms CPU per turn, stub model {model_ms:.2f} ms, "
@@ -192,7 +197,7 @@ def main() -> None:
         figures[f"{prefix}service_cpu_ms_per_turn"] = round(server_ms, 3)
         figures[f"{prefix}stub_model_cpu_ms_per_turn"] = round(model_ms, 3)
         figures[f"{prefix}client_cpu_ms_per_turn"] = round(client_ms, 3)
-        if args.database == "postgresql":
+        if postgres:
             figures[f"{prefix}database_server_cpu_ms_per_turn"] = round(database_ms, 3)
     write_results(args.out or f"turn_cpu_{args.database}", figures)
 
