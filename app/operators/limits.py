@@ -308,6 +308,8 @@ class LimitStore:
                         done = work(connection)
                         admitted = self._check(connection, caller, limits), done
                     committed = True
+                    # What follows only reads: on SQLite its BEGIN takes no writer's lock.
+                    connection.execution_options(**{SQLITE_IMMEDIATE: False})
                     return after(connection, admitted)
             except (IntegrityError, OperationalError):
                 # Two first admissions of one caller inserted its counter row at once (the

@@ -88,7 +88,8 @@ def test_memory_is_read_on_the_admissions_connection_after_its_commit(
 ) -> None:
     """The admission's checkout then reads the caller's memory with the save mode, after the
     admission's COMMIT and outside its transaction: one worker-thread hop and checkout fewer
-    per turn. The model sees the memory either way."""
+    per turn, and as a read: on SQLite it waits behind no writer. The model sees the memory
+    either way."""
     model = ScriptedModel([Text("First."), Text("Second.")])
     user = f"early-{uuid.uuid4().hex[:8]}"
     with serving(db_url, model, **LIMITS) as (url, app):
@@ -109,6 +110,8 @@ def test_memory_is_read_on_the_admissions_connection_after_its_commit(
     commit = max(i for i, s in enumerate(statements) if "limit_counters" in s or "slot" in s)
     read = next(i for i, s in enumerate(statements) if "memory_preferences" in s)
     assert read > commit, statements  # after the admission's statements, not among them
+    # A read: on SQLite it begins without taking the writers' lock (`BEGIN IMMEDIATE`).
+    assert not any("immediate" in s for s in statements[commit + 1 : read + 1]), statements
     assert any("insert" in s and "conversation_messages" in s for s in statements), statements
     model.assert_done()
 
