@@ -2,7 +2,11 @@
 prints the share of samples per code area (inclusive) and the hottest leaf functions.
 
     .venv/bin/python scripts/bench/profile_turns.py [--database sqlite] [--seconds 20]
-        [--concurrency 4] [--root /path/to/another/checkout] [--gil]
+        [--concurrency 4] [--root /path/to/another/checkout] [--gil] [--floor]
+
+With `--floor` it samples `scripts/bench/floor_app.py` (the required stack alone) under the same
+load instead, into `results/profile_floor.txt`: compare the two per turn (the samples per turn
+are printed) to see what the service adds, part by part.
 
 Needs `py-spy` (the `dev` extra) and the right to trace a child process (root in a container,
 or `kernel.yama.ptrace_scope=0`). The raw samples stay in `results/profile_<database>.txt`.
@@ -18,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -26,7 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.offline.wire import OFFLINE_MODEL_NAME  # noqa: E402
 from scripts.bench._common import RESULTS  # noqa: E402
-from scripts.bench._processes import ROOT, dev_token, offline_model, service  # noqa: E402
+from scripts.bench._processes import (  # noqa: E402
+    ROOT,
+    dev_token,
+    floor_process,
+    offline_model,
+    service,
+)
 from scripts.bench.turn_overhead import (  # noqa: E402
     LIMITS_CHECKED,
     Samples,
@@ -55,7 +66,7 @@ def frame_name(frame: str) -> str:
     return f"{function} [{re.sub(r'.*(site-packages|perf|before)/', '', path)}]"
 
 
-def report(raw: Path) -> None:
+def report(raw: Path, turns: int) -> None:
     total, areas, leaves = 0, Counter[str](), Counter[str]()
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -65,7 +76,10 @@ def report(raw: Path) -> None:
             if any(needle in stack for needle in needles):
                 areas[area] += samples
         leaves[frame_name(stack.split(";")[-1])] += samples
-    print(f"{total} samples; share of samples per area (inclusive, areas overlap):")
+    print(
+        f"{total} samples, {total / max(1, turns):.2f} per turn; "
+        "share of samples per area (inclusive, areas overlap):"
+    )
     for area in AREAS:
         print(f"  {100 * areas[area] / max(1, total):5.1f}%  {area}")
     print("hottest leaf functions:")
@@ -118,27 +132,33 @@ def main() -> None:
         action="store_true",
         help="sample only the thread holding the GIL: where CPU goes, not where turns wait",
     )
+    parser.add_argument(
+        "--floor", action="store_true", help="sample the floor app instead of the service"
+    )
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    raw = RESULTS / f"profile_{args.database}.txt"
-    with tempfile.TemporaryDirectory() as logs:
+    raw = RESULTS / f"profile_{'floor' if args.floor else args.database}.txt"
+    with tempfile.TemporaryDirectory() as logs, ExitStack() as stack:
         directory = Path(logs)
-        with (
-            offline_model(directory) as stub,
-            database(args.database, directory, "profile") as url,
-            service(
-                url,
-                directory,
-                root=args.root,
-                LLM_BASE_URL=stub,
-                LLM_API_KEY="unused",
-                LLM_MODEL=OFFLINE_MODEL_NAME,
-                **LIMITS_CHECKED,
-            ) as (base, pid),
-        ):
-            turns = asyncio.run(load(base, pid, args.seconds, args.concurrency, raw, gil=args.gil))
+        stub = stack.enter_context(offline_model(directory))
+        if args.floor:
+            base, pid = stack.enter_context(floor_process(stub, directory))
+        else:
+            url = stack.enter_context(database(args.database, directory, "profile"))
+            base, pid = stack.enter_context(
+                service(
+                    url,
+                    directory,
+                    root=args.root,
+                    LLM_BASE_URL=stub,
+                    LLM_API_KEY="unused",
+                    LLM_MODEL=OFFLINE_MODEL_NAME,
+                    **LIMITS_CHECKED,
+                )
+            )
+        turns = asyncio.run(load(base, pid, args.seconds, args.concurrency, raw, gil=args.gil))
     print(f"{turns} turns in {args.seconds} s at concurrency {args.concurrency}")
-    report(raw)
+    report(raw, turns)
 
 
 if __name__ == "__main__":
