@@ -83,7 +83,12 @@ def create_app(
         telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     errors.install(app)
+    # The turn routes first: a request is matched against the included routers in this order,
+    # each router it passes costing its routes' matching (no two routers share a path).
     for module in (
+        chat,
+        openai_compat,
+        eval,
         health,
         dev,
         memory,
@@ -94,10 +99,7 @@ def create_app(
         admin,
         account,
         admin_records,
-        chat,
-        eval,
         conversations,
-        openai_compat,
         metrics,
         web,
     ):
