@@ -11,55 +11,21 @@ loop), to compare an order of the routers with another.
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-TURN_ROUTES = [
-    ("POST", "/v1/chat"),
-    ("POST", "/openai/v1/chat/completions"),
-    ("POST", "/v1/eval/chat"),
-]
 
 
-def leaves(route: Any) -> Iterator[Any]:
-    router = getattr(route, "original_router", None)  # an included router
-    if router is None:
-        yield route
-        return
-    for child in router.routes:
-        yield from leaves(child)
-
-
-def requests(app: Any) -> list[tuple[str, str]]:
-    found: list[tuple[str, str]] = []
-    for top in app.router.routes:
-        for route in leaves(top):
-            path = re.sub(r"\{[^}]+\}", "x1", getattr(route, "path", ""))
-            for method in sorted(getattr(route, "methods", None) or ()):
-                if method != "HEAD" and (method, path) not in found:
-                    found.append((method, path))
-    return found
-
-
-def per_request_us(app: Any, method: str, path: str, rounds: int) -> float:
+def per_request_us(app: Any, scope: dict[str, Any], rounds: int) -> float:
     from starlette.routing import Match
 
     routes = app.router.routes
-    scope = {
-        "type": "http",
-        "method": method,
-        "path": path,
-        "root_path": "",
-        "headers": [],
-        "query_string": b"",
-    }
+    method, path = scope["method"], scope["path"]
 
     def route_once() -> None:
         for route in routes:
@@ -83,16 +49,21 @@ def main() -> None:
     parser.add_argument("--out", default="routing")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from scripts.bench._common import write_results  # this checkout's results
+    # This checkout's helpers and results; the measured checkout's app.
+    from scripts.bench._common import write_results
+    from tests.support.routes import TURN_ROUTES, http_scope, requests
 
-    sys.path.insert(0, str(args.root.resolve()))  # the measured checkout's app
+    sys.path.insert(0, str(args.root.resolve()))
     from app.main import create_app
     from tests.support.apps import api_settings
 
     with tempfile.TemporaryDirectory() as directory:
         app = create_app(api_settings(f"sqlite:///{directory}/routing.db"))
         ordered = TURN_ROUTES + [r for r in requests(app) if r not in TURN_ROUTES]
-        figures = {f"{m} {p}": round(per_request_us(app, m, p, args.rounds), 1) for m, p in ordered}
+        figures = {
+            f"{m} {p}": round(per_request_us(app, http_scope(m, p), args.rounds), 1)
+            for m, p in ordered
+        }
     for name, micros in figures.items():
         print(f"{micros:8.1f} us  {name}")
     others = [v for k, v in figures.items() if tuple(k.split(" ", 1)) not in TURN_ROUTES]
