@@ -37,11 +37,22 @@ _current: contextvars.ContextVar[Marks | None] = contextvars.ContextVar("marks",
 _requests: list[Marks] = []
 
 
+CPU = "CPU: "
+
+
 def mark(name: str) -> None:
     """The first time `name` happens in the current request (worker threads see it too)."""
     marks = _current.get()
     if marks is not None and name not in marks:
         marks[name] = time.perf_counter()
+
+
+def spent(name: str, seconds: float) -> None:
+    """The CPU a call of a worker thread spent, kept as a mark `seconds` after the request's
+    arrival under "CPU: <name>" (so its median is read as the marks' are)."""
+    marks = _current.get()
+    if marks is not None:
+        marks[f"{CPU}{name}"] = marks["request arrives"] + seconds
 
 
 def timed(owner: Any, attribute: str, name: str) -> None:
@@ -63,10 +74,12 @@ def timed(owner: Any, attribute: str, name: str) -> None:
     @functools.wraps(original)
     def plain(*args: Any, **kwargs: Any) -> Any:
         mark(f"{name} starts")
+        cpu = time.thread_time()
         try:
             return original(*args, **kwargs)
         finally:
             mark(f"{name} ends")
+            spent(name, time.thread_time() - cpu)
 
     setattr(owner, attribute, plain)
 
@@ -74,6 +87,11 @@ def timed(owner: Any, attribute: str, name: str) -> None:
 timed(deps, "authenticate", "authentication")
 timed(limits.LimitStore, "admit", "admission")
 timed(limits.LimitStore, "_admit", "admission, in its thread")
+timed(
+    limits.LimitStore,
+    "_admitting",
+    "admission with the message, then the memory read, in its thread",
+)
 timed(turn, "open_turn", "turn start (memory read, then message write)")
 timed(opening, "_load_memory", "memory read")
 timed(opening, "_store_message", "message write")

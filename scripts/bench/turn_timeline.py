@@ -8,7 +8,8 @@ arrival, over sequential turns against the zero-delay stub.
 
 The service runs as `scripts/bench/timeline_app.py` (the app with a stopwatch on those phases)
 with the same settings as `turn_overhead.py`'s. The stub's own time to first text, called
-directly, is printed too: what the model costs, not the service.
+directly, is printed too: what the model costs, not the service. So is the CPU each database
+call spent in its worker thread (`time.thread_time()`), against its wall time in the timeline.
 """
 
 from __future__ import annotations
@@ -86,9 +87,14 @@ def main() -> None:
     stub_figures = {"first_text": summary(direct.first_text_ms), "turn": summary(direct.turn_ms)}
     print(f"{args.database}: median moment of each mark over {timeline['requests']} turns (ms)")
     previous = 0.0
+    cpu = {name: at for name, at in timeline["median_ms"].items() if name.startswith("CPU: ")}
     for name, at in timeline["median_ms"].items():
-        print(f"  {at:8.2f}  (+{at - previous:5.2f})  {name}")
-        previous = at
+        if name not in cpu:
+            print(f"  {at:8.2f}  (+{at - previous:5.2f})  {name}")
+            previous = at
+    print("CPU of each call in its worker thread, median (ms):")
+    for name, ms in cpu.items():
+        print(f"  {ms:8.2f}  {name.removeprefix('CPU: ')}")
     print(
         f"the stub called directly: first text p50 {stub_figures['first_text']['p50_ms']} ms, "
         f"whole turn p50 {stub_figures['turn']['p50_ms']} ms"
