@@ -87,14 +87,12 @@ def main() -> None:
     stub_figures = {"first_text": summary(direct.first_text_ms), "turn": summary(direct.turn_ms)}
     print(f"{args.database}: median moment of each mark over {timeline['requests']} turns (ms)")
     previous = 0.0
-    cpu = {name: at for name, at in timeline["median_ms"].items() if name.startswith("CPU: ")}
     for name, at in timeline["median_ms"].items():
-        if name not in cpu:
-            print(f"  {at:8.2f}  (+{at - previous:5.2f})  {name}")
-            previous = at
+        print(f"  {at:8.2f}  (+{at - previous:5.2f})  {name}")
+        previous = at
     print("CPU of each call in its worker thread, median (ms):")
-    for name, ms in cpu.items():
-        print(f"  {ms:8.2f}  {name.removeprefix('CPU: ')}")
+    for name, ms in timeline["cpu_median_ms"].items():
+        print(f"  {ms:8.2f}  {name}")
     print(
         f"the stub called directly: first text p50 {stub_figures['first_text']['p50_ms']} ms, "
         f"whole turn p50 {stub_figures['turn']['p50_ms']} ms"
