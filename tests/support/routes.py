@@ -34,11 +34,12 @@ def requests(app: Any) -> list[tuple[str, str]]:
     for top in app.router.routes:
         for route in leaves(top):
             path = re.sub(r"\{[^}]+\}", "x1", getattr(route, "path", ""))
-            methods = ["GET"] if isinstance(route, Mount) else getattr(route, "methods", None)
-            for method in sorted(methods or ()):
-                request = (method, f"{path}/x1" if isinstance(route, Mount) else path)
-                if method != "HEAD" and request not in found:
-                    found.append(request)
+            methods = getattr(route, "methods", None) or ()
+            if isinstance(route, Mount):
+                methods, path = ("GET",), f"{path}/x1"
+            for method in sorted(methods):
+                if method != "HEAD" and (method, path) not in found:
+                    found.append((method, path))
     return found
 
 
