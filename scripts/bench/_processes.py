@@ -14,6 +14,9 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
+# Set to a file, a served process traces its memory on signals (scripts/bench/hooks).
+TRACE_ENV = "BENCH_TRACEMALLOC"
+HOOKS = Path(__file__).resolve().parent / "hooks"
 BENCH_SECRET = "bench-dev-secret-" + "0123456789abcdef" * 3
 
 
@@ -157,7 +160,10 @@ def uvicorn(
         "--no-access-log",
         *options,
     ]
-    env = {**env, "PYTHONPATH": str(root)}  # the tree's own `app`, not an installed one
+    path = [str(root)]  # the tree's own `app`, not an installed one
+    if env.get(TRACE_ENV):
+        path.append(str(HOOKS))  # its sitecustomize: tracemalloc on signals, from any tree
+    env = {**env, "PYTHONPATH": os.pathsep.join(path)}
     url = f"http://127.0.0.1:{port}"
     with process(args, f"{url}/healthz", env, log, root) as pid:
         yield url, pid

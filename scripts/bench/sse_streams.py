@@ -12,17 +12,28 @@ endpoint through the SDK's HTTP client (the stub's own memory is not counted). W
 the process measured is `scripts/bench/floor_app.py` instead (the required stack relaying the
 same stub, nothing else): what an idle stream costs the stack itself.
 
+With `--trace N` the process traces its allocations (`tracemalloc`, started by a signal after
+the warm-up: `scripts/bench/hooks`) while N streams open, and the benchmark prints what they
+hold per stream by the package that allocated it (the first frame outside the standard
+library) and by line, instead of ramping up. Tracing inflates the resident memory; the
+per-stream figures of the ramp are measured without it.
+
     .venv/bin/python scripts/bench/sse_streams.py [--steps 500,1000,2000,3000,4000,5000]
-        [--root /path/to/another/checkout] [--stub | --floor] [--out NAME]
+        [--root /path/to/another/checkout] [--stub | --floor] [--trace N] [--out NAME]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
 import sys
+import sysconfig
 import tempfile
 import time
+import tracemalloc
+from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -33,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from scripts.bench._common import write_results  # noqa: E402
 from scripts.bench._processes import (  # noqa: E402
     ROOT,
+    TRACE_ENV,
     dev_token,
     floor_process,
     offline_model,
@@ -169,6 +181,82 @@ async def ramp(url: str, pid: int, steps: list[int]) -> dict[str, object]:
     }
 
 
+async def traced(url: str, pid: int, count: int, snapshot: Path) -> dict[str, object]:
+    """Open `count` streams with the process tracing its allocations; its snapshot once they
+    are all open, before any closes."""
+    limits = httpx.Limits(max_connections=count + 10, max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60, read=None), limits=limits) as client:
+        streams = Streams(client, url)
+        await streams.open(5)  # the warm-up, as in `ramp`
+        await streams.close()
+        streams.tasks.clear()
+        await asyncio.sleep(SETTLE_SECONDS)
+        os.kill(pid, signal.SIGUSR1)  # start tracing
+        await asyncio.sleep(1)
+        await streams.open(count)
+        await asyncio.sleep(SETTLE_SECONDS)
+        alive, failed = streams.alive, streams.failed
+        os.kill(pid, signal.SIGUSR2)  # write the snapshot
+        deadline = time.monotonic() + 120
+        while not await asyncio.to_thread(snapshot.exists):  # renamed into place once written
+            if time.monotonic() > deadline:
+                raise RuntimeError("the traced process wrote no snapshot")
+            await asyncio.sleep(0.5)
+        await streams.close()
+    if failed or alive != count:
+        raise RuntimeError(f"{alive} of {count} streams open, {failed} failed")
+    return breakdown(tracemalloc.Snapshot.load(str(snapshot)), count)
+
+
+def breakdown(snapshot: tracemalloc.Snapshot, streams: int) -> dict[str, object]:
+    """KiB per stream by package and by line: each allocation counts for its first frame
+    outside the standard library (a dict `asyncio` allocates for our code is ours)."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    by_package: Counter[str] = Counter()
+    by_line: Counter[str] = Counter()
+    for trace in snapshot.traces:
+        frames = list(trace.traceback)[::-1]  # innermost first
+        frame = next((f for f in frames if "site-packages/" in f.filename), None)
+        frame = next((f for f in frames if not f.filename.startswith(stdlib)), frame or frames[0])
+        name = frame.filename
+        if "site-packages/" in name:
+            name = name.split("site-packages/", 1)[1]
+            package = name.split("/", 1)[0].removesuffix(".py")
+        elif name.startswith(stdlib):
+            name = "stdlib/" + name[len(stdlib) :].lstrip("/")
+            package = "the standard library alone"
+        else:  # the served tree: by folder of `app/`
+            parts = Path(name).parts
+            top = next((i for i, part in enumerate(parts) if part in ("app", "scripts")), 0)
+            name = "/".join(parts[top:])
+            package = "/".join(name.split("/")[:2])
+        by_package[package] += trace.size
+        by_line[f"{name}:{frame.lineno}"] += trace.size
+
+    def per_stream(counter: Counter[str]) -> dict[str, float]:
+        return {key: round(size / 1024 / streams, 2) for key, size in counter.most_common(40)}
+
+    return {
+        "streams": streams,
+        "traced_kib_per_stream": round(sum(by_package.values()) / 1024 / streams, 1),
+        "kib_per_stream_by_package": per_stream(by_package),
+        "kib_per_stream_by_line": per_stream(by_line),
+    }
+
+
+def print_breakdown(figures: dict[str, object]) -> None:
+    by_package = figures["kib_per_stream_by_package"]
+    by_line = figures["kib_per_stream_by_line"]
+    assert isinstance(by_package, dict) and isinstance(by_line, dict)
+    print(f"traced: {figures['traced_kib_per_stream']} KiB per stream, by package:")
+    for name, kib in by_package.items():
+        if kib >= 0.05:
+            print(f"  {kib:6.2f}  {name}")
+    print("the largest lines:")
+    for name, kib in list(by_line.items())[:20]:
+        print(f"  {kib:6.2f}  {name}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -185,6 +273,13 @@ def main() -> None:
         action="store_true",
         help="measure scripts/bench/floor_app.py (the required stack alone) relaying the stub",
     )
+    parser.add_argument(
+        "--trace",
+        type=int,
+        default=0,
+        metavar="N",
+        help="open N streams with tracemalloc on and print what they hold, by package",
+    )
     parser.add_argument("--out", default="sse_streams", help="results name")
     args = parser.parse_args()
     steps = [int(step) for step in args.steps.split(",")]
@@ -195,6 +290,10 @@ def main() -> None:
     ):
         migrated_engine(database_url).dispose()
         model: dict[str, str] = {}
+        snapshot = Path(logs) / "tracemalloc.snapshot"
+        if args.trace:
+            model[TRACE_ENV] = str(snapshot)
+            os.environ[TRACE_ENV] = str(snapshot)  # the floor process takes this environment
         if args.stub or args.floor:
             model["LLM_BASE_URL"] = stack.enter_context(offline_model(Path(logs), delay_ms=5000))
             model["LLM_API_KEY"] = "unused"
@@ -215,7 +314,11 @@ def main() -> None:
                 **model,
             )
         with served as (url, pid):
-            figures = asyncio.run(ramp(url, pid, steps))
+            if args.trace:
+                figures = asyncio.run(traced(url, pid, args.trace, snapshot))
+                print_breakdown(figures)
+            else:
+                figures = asyncio.run(ramp(url, pid, steps))
     if args.floor:
         figures["setup"] = (
             "scripts/bench/floor_app.py in one uvicorn worker (no database, memory or "
