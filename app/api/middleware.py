@@ -41,8 +41,13 @@ class RequestIdMiddleware:
                 MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
             await send(message)
 
-        with structlog.contextvars.bound_contextvars(request_id=request_id):
+        # Bound for the request and reset to what it was after: the same as structlog's
+        # `bound_contextvars`, without its copy of the whole context held for the response.
+        tokens = structlog.contextvars.bind_contextvars(request_id=request_id)
+        try:
             await self.app(scope, receive, send_with_id)
+        finally:
+            structlog.contextvars.reset_contextvars(**tokens)
 
 
 class BodyTooLarge(HTTPException):

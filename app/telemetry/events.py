@@ -173,5 +173,8 @@ def turn_context(turn_id: str, subject: str | None = None) -> Iterator[None]:
         span.set_attribute("app.turn_id", turn_id)
         if subject is not None:
             span.set_attribute("app.subject_hash", bound["subject_hash"])
-    with structlog.contextvars.bound_contextvars(**bound):
+    tokens = structlog.contextvars.bind_contextvars(**bound)  # reset as `RequestIdMiddleware`'s
+    try:
         yield
+    finally:
+        structlog.contextvars.reset_contextvars(**tokens)
