@@ -121,17 +121,26 @@ class Streams:
     def alive(self) -> int:
         return sum(not task.done() for task in self.tasks)
 
+    async def warm_up(self) -> None:
+        """A few streams opened and closed (agents built, pool connected, code paths
+        imported), then a pause for the process to settle."""
+        await self.open(5)
+        await self.close()
+        self.tasks.clear()
+        await asyncio.sleep(SETTLE_SECONDS)
+
+
+def stream_client(count: int) -> httpx.AsyncClient:
+    """A client that holds `count` streams open at once, with room for a probe."""
+    limits = httpx.Limits(max_connections=count + 10, max_keepalive_connections=0)
+    return httpx.AsyncClient(timeout=httpx.Timeout(60, read=None), limits=limits)
+
 
 async def ramp(url: str, pid: int, steps: list[int]) -> dict[str, object]:
-    limits = httpx.Limits(max_connections=max(steps) + 10, max_keepalive_connections=0)
     rows = []
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60, read=None), limits=limits) as client:
+    async with stream_client(max(steps)) as client:
         streams = Streams(client, url)
-        # Baseline after a warm-up turn (agents built, pool connected, code paths imported).
-        await streams.open(5)
-        await streams.close()
-        streams.tasks.clear()
-        await asyncio.sleep(SETTLE_SECONDS)
+        await streams.warm_up()  # the baseline is taken after it
         baseline = rss_kib(pid)
         print(f"baseline RSS {baseline / 1024:.1f} MiB", flush=True)
         for target in steps:
@@ -184,13 +193,9 @@ async def ramp(url: str, pid: int, steps: list[int]) -> dict[str, object]:
 async def traced(url: str, pid: int, count: int, snapshot: Path) -> dict[str, object]:
     """Open `count` streams with the process tracing its allocations; its snapshot once they
     are all open, before any closes."""
-    limits = httpx.Limits(max_connections=count + 10, max_keepalive_connections=0)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60, read=None), limits=limits) as client:
+    async with stream_client(count) as client:
         streams = Streams(client, url)
-        await streams.open(5)  # the warm-up, as in `ramp`
-        await streams.close()
-        streams.tasks.clear()
-        await asyncio.sleep(SETTLE_SECONDS)
+        await streams.warm_up()
         os.kill(pid, signal.SIGUSR1)  # start tracing
         await asyncio.sleep(1)
         await streams.open(count)
@@ -216,8 +221,14 @@ def breakdown(snapshot: tracemalloc.Snapshot, streams: int) -> dict[str, object]
     by_line: Counter[str] = Counter()
     for trace in snapshot.traces:
         frames = list(trace.traceback)[::-1]  # innermost first
-        frame = next((f for f in frames if "site-packages/" in f.filename), None)
-        frame = next((f for f in frames if not f.filename.startswith(stdlib)), frame or frames[0])
+        frame = next(
+            (
+                f
+                for f in frames
+                if "site-packages/" in f.filename or not f.filename.startswith(stdlib)
+            ),
+            frames[0],
+        )
         name = frame.filename
         if "site-packages/" in name:
             name = name.split("site-packages/", 1)[1]
@@ -292,8 +303,7 @@ def main() -> None:
         model: dict[str, str] = {}
         snapshot = Path(logs) / "tracemalloc.snapshot"
         if args.trace:
-            model[TRACE_ENV] = str(snapshot)
-            os.environ[TRACE_ENV] = str(snapshot)  # the floor process takes this environment
+            os.environ[TRACE_ENV] = str(snapshot)  # the served process inherits it
         if args.stub or args.floor:
             model["LLM_BASE_URL"] = stack.enter_context(offline_model(Path(logs), delay_ms=5000))
             model["LLM_API_KEY"] = "unused"
