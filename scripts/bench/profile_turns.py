@@ -68,7 +68,8 @@ def frame_name(frame: str) -> str:
 
 def report(raw: Path, turns: int) -> None:
     total, areas, leaves = 0, Counter[str](), Counter[str]()
-    for line in raw.read_text().splitlines():
+    # One stack per "\n": a frame may hold a character that str.splitlines also splits on.
+    for line in filter(None, raw.read_text().split("\n")):
         stack, _, count = line.rpartition(" ")
         samples = int(count)
         total += samples
