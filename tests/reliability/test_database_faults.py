@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +24,15 @@ from sqlalchemy import Engine, insert
 from app.db.schema import agent_memory
 from app.db.writers import maintenance
 from app.main import create_app
-from tests.reliability.models import PairModelTransport, pair_entries, pair_message
+from tests.reliability.models import PairModelTransport, pair_message
+from tests.reliability.pairs import (
+    api_pair,
+    api_pair_once,
+    assert_recovered,
+    pair_stored,
+    pair_turn,
+    pairs_while_killed,
+)
 from tests.reliability.support import AppRole, TurnOutcome, app_role, run_turn
 from tests.support.apps import api_settings
 from tests.support.databases import migrated_engine, postgres_database, stored, wipe
@@ -66,112 +73,21 @@ def service(faulty: Faulty) -> Iterator[Faulty]:
     )
 
 
-def pair_turn(url: str, user: str, key: str) -> TurnOutcome:
-    async def go() -> TurnOutcome:
-        async with httpx.AsyncClient(timeout=60) as client:
-            return await run_turn(client, url, dev_auth(user), pair_message(key))
-
-    return asyncio.run(go())
-
-
-def pair_stored(engine: Engine, user: str, key: str) -> bool:
-    """Whether the pair is stored, failing on half a pair (a partial commit)."""
-    user_entry, memory_entry = pair_entries(key)
-    snapshot = stored(engine, user)
-    has_user, has_memory = user_entry in snapshot.user, memory_entry in snapshot.memory
-    assert has_user == has_memory, f"partial commit of pair {key}: {snapshot}"
-    return has_user
-
-
-def assert_recovered(service: Faulty, user: str, key: str) -> None:
-    """Without a restart: ready again, and a new turn reads memory and commits."""
-    wait_for(
-        lambda: httpx.get(f"{service.url}/readyz", timeout=10).status_code == 200,
-        "readiness after the fault was removed",
-    )
-    outcome = pair_turn(service.url, user, key)
-    assert outcome.memory_status == "available" and outcome.committed, outcome
-    assert pair_stored(service.engine, user, key)
-
-
-async def api_pair(client: httpx.AsyncClient, url: str, user: str, key: str) -> int:
-    user_entry, memory_entry = pair_entries(key)
-    response = await client.post(
-        f"{url}/v1/memory/operations",
-        headers=dev_auth(user),
-        json={
-            "operations": [
-                {"target": "user", "action": "add", "content": user_entry},
-                {"target": "memory", "action": "add", "content": memory_entry},
-            ]
-        },
-    )
-    return response.status_code
-
-
 def test_killed_connections_fail_turns_cleanly_and_commit_no_partial_batch(
     service: Faulty,
 ) -> None:
     """pg_terminate_backend hits the service's connections again and again while turns and API
     writes run: every turn still answers, every API write is 200 or 503, a batch is stored
     exactly when its response said it was committed, and the service heals by itself."""
-    kills = 0
-    stop = threading.Event()
-
-    def killer() -> None:
-        nonlocal kills
-        while not stop.is_set():
-            kills += service.role.terminate_backends(spare_commits=True)
-            stop.wait(0.015)  # pacing of the fault injection, not a wait on an outcome
-
-    turns: dict[str, tuple[str, TurnOutcome]] = {}
-    writes: dict[str, tuple[str, int]] = {}
-
-    async def load() -> None:
-        gate = asyncio.Semaphore(8)
-        async with httpx.AsyncClient(timeout=60) as client:
-
-            async def turn(n: int) -> None:
-                user, key = f"kill-{n % 6}", f"kt{n}"
-                async with gate:
-                    turns[key] = (
-                        user,
-                        await run_turn(client, service.url, dev_auth(user), pair_message(key)),
-                    )
-
-            async def write(n: int) -> None:
-                user, key = f"kill-{n % 6}", f"kw{n}"
-                async with gate:
-                    writes[key] = (user, await api_pair(client, service.url, user, key))
-
-            async with asyncio.TaskGroup() as tg:
-                for n in range(60):
-                    tg.create_task(turn(n))
-                    tg.create_task(write(n))
-
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
-    try:
-        asyncio.run(load())
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-
-    seen: Counter[str] = Counter()
-    for key, (user, outcome) in turns.items():
-        # The answer was streamed; when even its retried write was killed, the turn says so
-        # (`transcript_unavailable`) instead of `done`: a clean, declared failure.
-        assert outcome.answered_or_declared, (key, outcome)
-        assert outcome.memory in ("committed", "failed", "none"), (key, outcome)
-        assert pair_stored(service.engine, user, key) == outcome.committed, (key, outcome)
-        seen[f"turn:{outcome.memory_status}:{outcome.memory}"] += 1
-    for key, (user, status) in writes.items():
-        assert status in (200, 503), (key, status)
-        assert pair_stored(service.engine, user, key) == (status == 200), (key, status)
-        seen[f"api:{status}"] += 1
+    kills, seen = pairs_while_killed(
+        service.url,
+        service.engine,
+        lambda: service.role.terminate_backends(spare_commits=True),
+        pacing=0.015,
+    )
     print(f"\nkilled connections: {kills}; outcomes: {dict(sorted(seen.items()))}")
     assert kills > 0
-    assert_recovered(service, "kill-0", "kill-after")
+    assert_recovered(service.url, service.engine, "kill-0", "kill-after")
 
 
 def test_a_database_that_refuses_connections_mid_run_degrades_turns_and_heals(
@@ -242,7 +158,7 @@ def test_a_database_that_refuses_connections_mid_run_degrades_turns_and_heals(
     assert not pair_stored(service.engine, "down-0", "down-api")
     print(f"\noutage between turns {outage['down']} and {outage['up']}: {dict(seen)}")
     assert seen["unavailable:none"] > 0, "no turn ran while the database was down"
-    assert_recovered(service, "down-0", "down-after")
+    assert_recovered(service.url, service.engine, "down-0", "down-after")
 
 
 def test_an_unreadable_table_degrades_turns_and_a_failing_write_commits_nothing(
@@ -271,19 +187,14 @@ def test_an_unreadable_table_degrades_turns_and_a_failing_write_commits_nothing(
     outcome = pair_turn(service.url, "locked", "half")
     assert outcome.answered and outcome.memory_status == "available", outcome
     assert outcome.tool == "staged" and outcome.memory == "failed", outcome
-    status = asyncio.run(_api_pair_once(service.url, "locked", "half-api"))
+    status = asyncio.run(api_pair_once(service.url, "locked", "half-api"))
     assert status == 503
     snapshot = stored(service.engine, "locked")
     assert snapshot.user == ("The user likes maps.",) and snapshot.memory == (), snapshot
     role.execute(f'GRANT INSERT ON agent_memory TO "{role.name}"')
 
-    assert_recovered(service, "locked", "readable")
+    assert_recovered(service.url, service.engine, "locked", "readable")
     assert stored(service.engine, "locked").user[0] == "The user likes maps."
-
-
-async def _api_pair_once(url: str, user: str, key: str) -> int:
-    async with httpx.AsyncClient(timeout=30) as client:
-        return await api_pair(client, url, user, key)
 
 
 def test_the_superuser_engine_is_not_the_service_role(service: Faulty) -> None:
@@ -343,7 +254,7 @@ def test_a_database_server_restart_degrades_turns_and_heals(service: Faulty) -> 
         assert outcome.memory_status == "unavailable", (key, outcome)
         assert outcome.tool == "unavailable" and outcome.memory == "none", (key, outcome)
     assert ready.status_code == 503
-    assert_recovered(service, "restart-0", "rs-after")
+    assert_recovered(service.url, service.engine, "restart-0", "rs-after")
     for key in during:
         assert not pair_stored(service.engine, "restart-0", key)
     assert pair_stored(service.engine, "restart-0", "rs-before")

@@ -9,7 +9,6 @@ partial batch, and heals without a restart.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,13 +21,20 @@ from app.db.schema import agent_memory
 from app.db.writers import maintenance
 from app.main import create_app
 from tests.reliability.mariadb_user import ServiceUser, service_user
-from tests.reliability.models import PairModelTransport, pair_entries, pair_message
+from tests.reliability.models import PairModelTransport, pair_message
+from tests.reliability.pairs import (
+    api_pair,
+    api_pair_once,
+    assert_recovered,
+    pair_stored,
+    pair_turn,
+    pairs_while_killed,
+)
 from tests.reliability.support import TurnOutcome, run_turn
 from tests.support.apps import api_settings
 from tests.support.databases import mariadb_database, migrated_engine, stored, wipe
 from tests.support.server import live_server
 from tests.support.tokens import dev_auth
-from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.mariadb
 
@@ -64,115 +70,25 @@ def service(faulty: Faulty) -> Iterator[Faulty]:
     faulty.user.grant("SELECT, INSERT, UPDATE, DELETE", "agent_memory")
 
 
-def pair_turn(url: str, user: str, key: str) -> TurnOutcome:
-    async def go() -> TurnOutcome:
-        async with httpx.AsyncClient(timeout=60) as client:
-            return await run_turn(client, url, dev_auth(user), pair_message(key))
-
-    return asyncio.run(go())
-
-
-async def api_pair(client: httpx.AsyncClient, url: str, user: str, key: str) -> int:
-    user_entry, memory_entry = pair_entries(key)
-    response = await client.post(
-        f"{url}/v1/memory/operations",
-        headers=dev_auth(user),
-        json={
-            "operations": [
-                {"target": "user", "action": "add", "content": user_entry},
-                {"target": "memory", "action": "add", "content": memory_entry},
-            ]
-        },
-    )
-    return response.status_code
-
-
-def pair_stored(engine: Engine, user: str, key: str) -> bool:
-    """Whether the pair is stored, failing on half a pair (a partial commit)."""
-    user_entry, memory_entry = pair_entries(key)
-    snapshot = stored(engine, user)
-    has_user, has_memory = user_entry in snapshot.user, memory_entry in snapshot.memory
-    assert has_user == has_memory, f"partial commit of pair {key}: {snapshot}"
-    return has_user
-
-
-def assert_recovered(service: Faulty, user: str, key: str) -> None:
-    """Without a restart: ready again, and a new turn reads memory and commits."""
-    wait_for(
-        lambda: httpx.get(f"{service.url}/readyz", timeout=10).status_code == 200,
-        "readiness after the fault was removed",
-    )
-    outcome = pair_turn(service.url, user, key)
-    assert outcome.memory_status == "available" and outcome.committed, outcome
-    assert pair_stored(service.engine, user, key)
-
-
 def test_killed_statements_fail_turns_cleanly_and_commit_no_partial_batch(
     service: Faulty,
 ) -> None:
     """KILL QUERY hits the service's running statements again and again while turns and API
     writes run: every turn still answers, every API write is 200 or 503, a batch is stored
     exactly when its response said it was committed, and the service heals by itself."""
-    kills = 0
-    stop = threading.Event()
-
-    def killer() -> None:
-        nonlocal kills
-        while not stop.is_set():
-            kills += service.user.kill_statements()
-            stop.wait(0.002)  # pacing of the fault injection, not a wait on an outcome
-
-    turns: dict[str, tuple[str, TurnOutcome]] = {}
-    writes: dict[str, tuple[str, int]] = {}
-
-    async def load(round_: int) -> None:
-        gate = asyncio.Semaphore(8)
-        async with httpx.AsyncClient(timeout=60) as client:
-
-            async def turn(n: int) -> None:
-                user, key = f"kill-{round_}-{n % 6}", f"kt{round_}-{n}"
-                async with gate:
-                    turns[key] = (
-                        user,
-                        await run_turn(client, service.url, dev_auth(user), pair_message(key)),
-                    )
-
-            async def write(n: int) -> None:
-                user, key = f"kill-{round_}-{n % 6}", f"kw{round_}-{n}"
-                async with gate:
-                    writes[key] = (user, await api_pair(client, service.url, user, key))
-
-            async with asyncio.TaskGroup() as tg:
-                for n in range(60):
-                    tg.create_task(turn(n))
-                    tg.create_task(write(n))
-
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
-    try:
+    kills, seen = pairs_while_killed(
+        service.url,
+        service.engine,
+        service.user.kill_statements,
+        pacing=0.002,
         # Statements last a millisecond or two: load goes on, round after round, until the
         # killer has hit enough of them to matter.
-        for round_ in range(MAX_ROUNDS):
-            asyncio.run(load(round_))
-            if kills >= WANTED_KILLS:
-                break
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-
-    seen: Counter[str] = Counter()
-    for key, (user, outcome) in turns.items():
-        assert outcome.answered_or_declared, (key, outcome)
-        assert outcome.memory in ("committed", "failed", "none"), (key, outcome)
-        assert pair_stored(service.engine, user, key) == outcome.committed, (key, outcome)
-        seen[f"turn:{outcome.memory_status}:{outcome.memory}"] += 1
-    for key, (user, status) in writes.items():
-        assert status in (200, 503), (key, status)
-        assert pair_stored(service.engine, user, key) == (status == 200), (key, status)
-        seen[f"api:{status}"] += 1
+        wanted_kills=WANTED_KILLS,
+        max_rounds=MAX_ROUNDS,
+    )
     print(f"\nkilled statements: {kills}; outcomes: {dict(sorted(seen.items()))}")
     assert kills >= WANTED_KILLS
-    assert_recovered(service, "kill-0", "kill-after")
+    assert_recovered(service.url, service.engine, "kill-0", "kill-after")
 
 
 def test_an_account_refused_mid_run_degrades_turns_and_heals(service: Faulty) -> None:
@@ -246,7 +162,7 @@ def test_an_account_refused_mid_run_degrades_turns_and_heals(service: Faulty) ->
         seen[f"{outcome.memory_status}:{outcome.memory}"] += 1
     assert not pair_stored(service.engine, "down-0", "down-api")
     assert seen["unavailable:none"] > 0, "no turn ran while the account was refused"
-    assert_recovered(service, "down-0", "down-after")
+    assert_recovered(service.url, service.engine, "down-0", "down-after")
 
 
 def test_an_unreadable_table_degrades_turns_and_a_failing_write_commits_nothing(
@@ -275,18 +191,13 @@ def test_an_unreadable_table_degrades_turns_and_a_failing_write_commits_nothing(
     outcome = pair_turn(service.url, "locked", "half")
     assert outcome.answered and outcome.memory_status == "available", outcome
     assert outcome.tool == "staged" and outcome.memory == "failed", outcome
-    assert asyncio.run(_api_pair_once(service.url, "locked", "half-api")) == 503
+    assert asyncio.run(api_pair_once(service.url, "locked", "half-api")) == 503
     snapshot = stored(service.engine, "locked")
     assert snapshot.user == ("The user likes maps.",) and snapshot.memory == (), snapshot
     user.grant("INSERT", "agent_memory")
 
-    assert_recovered(service, "locked", "readable")
+    assert_recovered(service.url, service.engine, "locked", "readable")
     assert stored(service.engine, "locked").user[0] == "The user likes maps."
-
-
-async def _api_pair_once(url: str, user: str, key: str) -> int:
-    async with httpx.AsyncClient(timeout=30) as client:
-        return await api_pair(client, url, user, key)
 
 
 def test_the_service_account_is_not_privileged(service: Faulty) -> None:

@@ -32,7 +32,8 @@ from sqlalchemy import Engine, event, func, select, text
 from app.db.schema import agent_memory, conversation_messages, feature_flags
 from app.main import create_app
 from app.memory.flags import MEMORY_FLAG, write_flag
-from tests.reliability.models import Gates, PairModelTransport, pair_entries, pair_message
+from tests.reliability.models import Gates, PairModelTransport, pair_message
+from tests.reliability.pairs import pair_stored
 from tests.reliability.support import TurnOutcome, record
 from tests.support.apps import api_settings
 from tests.support.databases import mariadb_database, migrated_engine, postgres_database, stored
@@ -182,13 +183,6 @@ def timed_get(url: str, **kwargs: Any) -> tuple[httpx.Response, float]:
     began = time.monotonic()
     response = httpx.get(url, timeout=120, **kwargs)
     return response, time.monotonic() - began
-
-
-def pair_stored(engine: Engine, user: str, key: str) -> bool:
-    user_entry, memory_entry = pair_entries(key)
-    snapshot = stored(engine, user)
-    assert (user_entry in snapshot.user) == (memory_entry in snapshot.memory), snapshot
-    return user_entry in snapshot.user
 
 
 def transcribed(engine: Engine, key: str) -> int:
