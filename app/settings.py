@@ -33,7 +33,9 @@ class Settings(BaseSettings):
     # Every connection the pool may open is kept: one returned above the pool size is closed,
     # so under a steady load past it each call would open a new one (a server process on
     # PostgreSQL, a TLS context with PyMySQL). Overflow is for operators who want that.
-    db_pool_size: int = Field(default=15, ge=1, le=200)
+    # Unset: 15 on a database server; 4 on SQLite, whose calls are this process's own CPU, so
+    # more worker threads only contend for the interpreter (app/db/engine.py).
+    db_pool_size: int | None = Field(default=None, ge=1, le=200)
     db_pool_max_overflow: int = Field(default=0, ge=0, le=200)
     db_pool_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
     db_statement_timeout_seconds: float = Field(default=15.0, ge=1, le=3600)
@@ -189,6 +191,7 @@ class Settings(BaseSettings):
         "telemetry_hash_key",
         "erasure_hash_key",
         "metrics_port",
+        "db_pool_size",
         mode="before",
     )
     @classmethod

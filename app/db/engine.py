@@ -84,10 +84,29 @@ class DatabaseLimits:
         return self.pool_size + self.pool_max_overflow
 
 
+# SQLite's default pool, and so its worker threads. Its statements run inside this process
+# behind one write lock, so threads past the cores add no throughput, only their contention for
+# the interpreter, which the event loop needs too: CPU per turn at 32 concurrent falls as the
+# pool shrinks (docs/performance.md, "What each design choice buys"). Four rather than fewer:
+# a writer that holds the lock and one that waits for it (each in its thread) leave two for
+# reads, which WAL lets run beside them.
+SQLITE_POOL_SIZE = 4
+
+
+def default_limits(url: str | URL) -> DatabaseLimits:
+    """The bounds of an engine built without settings, as the service's defaults give them."""
+    if make_url(url).get_backend_name() == "sqlite":
+        return DatabaseLimits(pool_size=SQLITE_POOL_SIZE)
+    return DatabaseLimits()
+
+
 def database_limits(settings: Settings) -> DatabaseLimits:
+    pool_size = settings.db_pool_size
+    if pool_size is None:
+        pool_size = default_limits(settings.database_url).pool_size
     return DatabaseLimits(
         connect_timeout_seconds=settings.db_connect_timeout_seconds,
-        pool_size=settings.db_pool_size,
+        pool_size=pool_size,
         pool_max_overflow=settings.db_pool_max_overflow,
         pool_timeout_seconds=settings.db_pool_timeout_seconds,
         statement_timeout_seconds=settings.db_statement_timeout_seconds,
@@ -185,7 +204,7 @@ def transaction_bounds(limits: DatabaseLimits) -> str:
 
 
 def build_engine(url: str, limits: DatabaseLimits | None = None, *, echo: bool = False) -> Engine:
-    limits = limits or DatabaseLimits()
+    limits = limits or default_limits(url)
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     kwargs: dict[str, Any] = {

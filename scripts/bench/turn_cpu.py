@@ -4,7 +4,7 @@ backend adds) and the stub model (the model's own share, the floor of the direct
 
     .venv/bin/python scripts/bench/turn_cpu.py --database sqlite [--turns 400]
         [--concurrency 1] [--root /path/to/another/checkout] [--baseline /path/to/before]
-        [--floor] [--io-floor] [--variants] [--out NAME]
+        [--floor] [--io-floor] [--variants] [--setting NAME:KEY=VALUE,...] [--out NAME]
 
 Each process's user + system CPU comes from `/proc/<pid>/stat` before and after the timed
 turns (after a warm-up), divided by the turns; the client's too (this process), and on
@@ -18,6 +18,8 @@ costs. With `--io-floor` the floor app plus the database work every turn owes
 (`scripts/bench/io_floor_app.py`) is measured the same way: the service's CPU over that one is
 what its code costs beyond the required I/O. With `--variants` the service also runs with one
 part of a turn switched off at a time (`VARIANTS`): the difference is what that part costs.
+With `--setting` (repeatable) the service also runs with the settings given, under the name
+given: `--setting pool4:DB_POOL_SIZE=4 --setting pool2:DB_POOL_SIZE=2`.
 """
 
 from __future__ import annotations
@@ -62,6 +64,15 @@ VARIANTS: dict[str, dict[str, str]] = {
     "without_info_logs": {"LOG_LEVEL": "WARNING"},
     "transcript_async_commit": {"TRANSCRIPT_COMMIT": "async"},
 }
+
+
+def setting_variant(text: str) -> tuple[str, dict[str, str]]:
+    """`NAME:KEY=VALUE,KEY=VALUE` as (NAME, {KEY: VALUE})."""
+    name, colon, pairs = text.partition(":")
+    settings = dict(pair.split("=", 1) for pair in pairs.split(",") if "=" in pair)
+    if not (name and colon and settings) or name in ("service", "baseline", "floor", "io_floor"):
+        raise argparse.ArgumentTypeError(f"expected NAME:KEY=VALUE[,KEY=VALUE...], got {text!r}")
+    return name, settings
 
 
 def _stat(pid: int | str) -> tuple[str, list[str]]:
@@ -133,11 +144,20 @@ def main() -> None:
         help="also the service with one part switched off at a time (limits, stream slots, "
         "memory, info logs) and with TRANSCRIPT_COMMIT=async",
     )
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        type=setting_variant,
+        metavar="NAME:KEY=VALUE,...",
+        help="also the service with these settings, measured as NAME (repeatable)",
+    )
     parser.add_argument("--blocks", type=int, default=4, help="alternated blocks, with several")
     parser.add_argument("--out", default=None, help="results file name (default: turn_cpu_<db>)")
     args = parser.parse_args()
     args.root = args.root.resolve()
-    several = args.floor or args.io_floor or args.variants or args.baseline
+    variants = {**(VARIANTS if args.variants else {}), **dict(args.setting)}
+    several = args.floor or args.io_floor or variants or args.baseline
     blocks = args.blocks if several else 1
     per_block = max(1, args.turns // blocks)
     spent: dict[str, list[float]] = {}
@@ -152,7 +172,7 @@ def main() -> None:
             targets["baseline"] = stack.enter_context(
                 service(before_url, directory, args.baseline.resolve(), "baseline", **whole)
             )
-        for name, changes in VARIANTS.items() if args.variants else ():
+        for name, changes in variants.items():
             variant_url = stack.enter_context(database(args.database, directory, name))
             targets[name] = stack.enter_context(
                 service(variant_url, directory, args.root, name, **{**whole, **changes})

@@ -9,9 +9,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.db.engine import (
+    SQLITE_POOL_SIZE,
     DatabaseLimits,
     connect_args,
     database_limits,
+    default_limits,
     migration_limits,
     session_statements,
 )
@@ -30,9 +32,29 @@ def _settings(**values: object) -> Settings:
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 
-def test_the_defaults_are_the_settings_defaults() -> None:
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///./data/agent_memory.db",
+        "sqlite://",
+        "postgresql+psycopg://u@h/d",
+        "mysql+pymysql://u@h/d",
+    ],
+)
+def test_the_defaults_are_the_settings_defaults(url: str) -> None:
     """An engine built without settings (scripts, tests) gets the same bounds as the service."""
-    assert database_limits(_settings()) == DatabaseLimits()
+    assert database_limits(_settings(database_url=url)) == default_limits(url)
+
+
+def test_sqlite_keeps_four_connections_and_a_server_fifteen_unless_told() -> None:
+    """SQLite's statements are the process's own CPU: its pool, and so its worker threads, stay
+    small; a database server's pool is sized for its round trips. DB_POOL_SIZE wins on both."""
+    assert database_limits(_settings()).pool_size == SQLITE_POOL_SIZE == 4
+    assert database_limits(_settings(database_url="postgresql://u@h/d")).pool_size == 15
+    assert database_limits(_settings(database_url="mariadb+pymysql://u@h/d")).pool_size == 15
+    for url in ("sqlite:///x.db", "postgresql://u@h/d"):
+        limits = database_limits(_settings(database_url=url, db_pool_size=7))
+        assert limits.pool_size == 7 and limits.connections == 7
 
 
 def test_postgresql_bounds_every_session_at_startup() -> None:
