@@ -87,7 +87,7 @@ def test_killed_connections_fail_turns_cleanly_and_commit_no_partial_batch(
     )
     print(f"\nkilled connections: {kills}; outcomes: {dict(sorted(seen.items()))}")
     assert kills > 0
-    assert_recovered(service.url, service.engine, "kill-0", "kill-after")
+    assert_recovered(service.url, service.engine, "kill-0-0", "kill-after")
 
 
 def test_a_database_that_refuses_connections_mid_run_degrades_turns_and_heals(
