@@ -137,6 +137,8 @@ async def app(scope: dict[str, Any], receive: Any, send: Send) -> None:
             for event in (b"start", b"delta", b"memory", b"done"):
                 if b"event: " + event in body:
                     mark(f"SSE {event.decode()} sent")
+            if not message.get("more_body", False):
+                mark("SSE body's end sent")
         await send(message)
 
     try:
