@@ -42,6 +42,9 @@ from tests.support.sse import Event, first, iter_events
 from tests.support.tokens import TEST_DEV_SECRET, dev_auth
 from tests.support.waiting import wait_for
 
+# On MariaDB these read and set server-wide variables (tests/support/erasure.py).
+pytestmark = pytest.mark.serial(when="mariadb")
+
 
 def subject() -> str:
     return f"person-{uuid.uuid4().hex}"

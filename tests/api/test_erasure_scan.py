@@ -28,6 +28,9 @@ from tests.support.erasure import Planted, fulltext_optimizable, plant, scan, se
 from tests.support.server import live_server
 from tests.support.tokens import dev_auth
 
+# On MariaDB these read and set server-wide variables (tests/support/erasure.py).
+pytestmark = pytest.mark.serial(when="mariadb")
+
 
 @pytest.fixture
 def url(engine: Engine, db_url: str) -> Iterator[str]:

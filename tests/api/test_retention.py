@@ -33,6 +33,9 @@ from tests.support.sse import Event, first, iter_events
 from tests.support.tokens import dev_auth
 from tests.support.waiting import wait_for
 
+# On MariaDB these read and set server-wide variables (tests/support/erasure.py).
+pytestmark = pytest.mark.serial(when="mariadb")
+
 NOW = audit.now()
 
 

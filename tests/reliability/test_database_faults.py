@@ -232,6 +232,7 @@ def _server_answers() -> bool:
     )
 
 
+@pytest.mark.serial  # the PostgreSQL server every other test uses goes down
 def test_a_database_server_restart_degrades_turns_and_heals(service: Faulty) -> None:
     """The PostgreSQL server itself goes down during a run and comes back: while it is down,
     turns still answer with status `unavailable`, the tool tells the model nothing can be
