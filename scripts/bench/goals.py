@@ -2,8 +2,8 @@
 concurrency 1 and its share of the floor's turns/s at 32 concurrent, next to the goal, the floor
 with the required I/O and the code before, all from the same run.
 
-    .venv/bin/python scripts/bench/goals.py results/turn_overhead_sqlite_issue33_runU.json \
-        results/turn_overhead_postgresql_issue33_runU.json [--out goals_runU]
+    .venv/bin/python scripts/bench/goals.py \
+        scripts/bench/results/turn_overhead_{sqlite,postgresql}_issue33_runU.json [--out NAME]
 
 A run made with `--floor` (and, for its column, `--io-floor` and `--baseline`) is needed. The
 table is printed as Markdown and its figures written to `results/<out>.json`.
