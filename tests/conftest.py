@@ -30,6 +30,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--serial-only") and config.getoption("numprocesses", default=None):
+        raise pytest.UsageError("--serial-only runs the serial tests alone: not with -n")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist, leave the `serial` tests out; with --serial-only, keep only them."""
     only_serial = bool(config.getoption("--serial-only"))
