@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
 
-from app.agent.events import TurnEvent
+from app.agent.events import DoneEvent, TurnEvent
 from app.agent.turn import Turn
 from app.concurrency import CLEANUP_SECONDS, wait_shielded
 from app.telemetry import metrics
@@ -42,10 +42,14 @@ class _Mailbox:
 
 async def stream_turn_batches(turn: Turn) -> AsyncGenerator[tuple[TurnEvent, ...], None]:
     """The turn's events as they happen, in order, each time as every event already queued
-    when the consumer wakes (a burst of model chunks becomes one write, never a later one). A
-    consumer that goes away (the SSE response closes the generator on disconnect) cancels the
-    turn and then waits, shielded, for its cleanup: the ledger is discarded and the transcript
-    row written."""
+    when the consumer wakes (a burst of model chunks becomes one write, never a later one).
+
+    `done` is the last event (the answer's row is stored by then): after its batch comes an
+    empty one, where the consumer may end its response before closing this generator, which
+    then waits for the turn's bookkeeping (its last log line, metrics and span). A consumer
+    that goes away before `done` (the SSE response closes the generator on disconnect)
+    cancels the turn and then waits, shielded, for its cleanup: the ledger is discarded and
+    the transcript row written."""
     mailbox = _Mailbox()
 
     async def produce() -> None:
@@ -56,19 +60,21 @@ async def stream_turn_batches(turn: Turn) -> AsyncGenerator[tuple[TurnEvent, ...
 
     task = asyncio.create_task(produce(), name=f"turn-{turn.turn_id}")
     metrics.stream_opened()
+    ended = False
     try:
-        ended = False
         while not ended:
             batch: list[TurnEvent] = []
             for event in await mailbox.take_all():
-                if event is None:  # the turn's last item: nothing follows it
+                if event is not None:
+                    batch.append(event)
+                if event is None or isinstance(event, DoneEvent):  # nothing follows either
                     ended = True
                     break
-                batch.append(event)
             if batch:
                 yield tuple(batch)
+        yield ()
     finally:
-        if not task.done():
+        if not ended:
             turn.cancel_event.set()
             task.cancel()
         # This generator is closed by a cancelled consumer, and the turn's own cleanup

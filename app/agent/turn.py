@@ -80,6 +80,9 @@ class Turn:
             try:
                 failure = await self._attempt(progress, emit, span)
                 outcome = await self._end(failure, progress, emit)
+                # Let the stream's consumer send the last event (and after `done`, end the
+                # response) before the bookkeeping below.
+                await asyncio.sleep(0)
             except asyncio.CancelledError:
                 # The client left or the task was cancelled. A turn past its commit point
                 # succeeded: it keeps its one `complete` row. Otherwise the ledger is dropped,

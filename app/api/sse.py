@@ -42,7 +42,9 @@ class EventStreamResponse(Response):
     body (so the turn is cancelled); a send that does not finish within `send_timeout` raises
     `SendTimeoutError` once the body is closed. A server shutdown is the server's own: uvicorn
     lets open responses run for its graceful-shutdown timeout (`python -m app serve` sets one),
-    then cancels their tasks, which closes the body the same way."""
+    then cancels their tasks, which closes the body the same way. An empty chunk ends the
+    body early: the iterator is closed after the body's end, so what it does as it closes (a
+    turn's bookkeeping) does not keep the client waiting."""
 
     media_type = "text/event-stream"
 
@@ -87,6 +89,8 @@ class EventStreamResponse(Response):
         try:
             await self._send(send, start, stop)
             async for chunk in self.body_iterator:
+                if not chunk:
+                    break  # the body ends here; closing the iterator (below) finishes its work
                 await self._send(send, _body(chunk, more=True), stop)
             await self._send(send, _body(b"", more=False), stop)
         finally:
@@ -187,8 +191,9 @@ def encode_event(event: TurnEvent) -> bytes:
 async def _encoded(
     batches: AsyncGenerator[tuple[TurnEvent, ...], None],
 ) -> AsyncGenerator[bytes, None]:
-    # One write per batch of events that were ready together (bytes go out as they are).
-    # Closing this generator (a disconnect) closes the turn's stream too, which cancels the turn.
+    # One write per batch of events that were ready together (bytes go out as they are); the
+    # empty batch after `done` becomes the empty chunk that ends the body. Closing this
+    # generator closes the turn's stream too: on a disconnect, that cancels the turn.
     async with contextlib.aclosing(batches) as stream:
         async for batch in stream:
             yield b"".join(encode_event(event) for event in batch)

@@ -4,6 +4,7 @@ a subject, an id or content, and the number of series does not grow with users."
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Iterator
@@ -20,18 +21,19 @@ from tests.support.apps import api_settings, closed_port_url
 from tests.support.gates import Gates
 from tests.support.scripted import HeldText, HttpError, ScriptedModel, Text, memory_call
 from tests.support.server import free_port, live_server
-from tests.support.sse import post_chat
+from tests.support.sse import iter_events, names, post_chat
 from tests.support.tokens import dev_auth
 from tests.support.waiting import wait_for
+from tests.telemetry.capture import RecordingHandler
 
 PINNED = datetime(2026, 12, 3, 12, 0, 20, tzinfo=UTC)
 Found = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def samples(base_url: str) -> Found:
-    """Every sample of the exposition, by name and labels."""
-    response = httpx.get(f"{base_url}/metrics")
+def samples(base_url: str, client: httpx.Client | None = None) -> Found:
+    """Every sample of the exposition, by name and labels (through `client`'s connection)."""
+    response = (client or httpx).get(f"{base_url}/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     return {
@@ -178,6 +180,46 @@ def test_no_label_carries_a_subject_an_id_or_content_and_series_do_not_grow_with
         assert user not in text
     assert not any(conversation in text for conversation in ids)
     assert UUID.search(text) is None
+
+
+def test_a_turns_bookkeeping_is_in_place_before_the_client_asks_for_it(
+    engine: Engine, db_url: str
+) -> None:
+    """The response ends with `done`, and the turn's last log line and metrics come after the
+    body's end, yet before the service reads anything the client sends next: a client that
+    asks for /metrics on the same connection as soon as each body ends finds that turn counted
+    and its `turn.finished` line written, every time."""
+    turns = 12
+    model = ScriptedModel([Text(f"Answer {n}.") for n in range(turns)])
+    user = f"metrics-{uuid.uuid4().hex[:8]}"
+    lines = RecordingHandler()
+    root = logging.getLogger()
+    root.addHandler(lines)
+    try:
+        with server(db_url, model) as url, httpx.Client(base_url=url, timeout=30) as client:
+            before = samples(url)
+            for n in range(1, turns + 1):
+                with client.stream(
+                    "POST", "/v1/chat", json={"message": f"turn {n}"}, headers=dev_auth(user)
+                ) as response:
+                    events = list(iter_events(response))
+                assert names(events)[-1] == "done"
+                counted = samples(url, client)
+                finished = [
+                    record
+                    for record in list(lines.records)
+                    if isinstance(record.msg, dict) and record.msg.get("event") == "turn.finished"
+                ]
+                assert len(finished) == n
+                complete = {"agent": "chat", "outcome": "complete"}
+                assert (
+                    value(counted, "amem_turns_total", **complete)
+                    - value(before, "amem_turns_total", **complete)
+                    == n
+                )
+    finally:
+        root.removeHandler(lines)
+    model.assert_done()
 
 
 def test_metrics_are_served_on_their_own_port(engine: Engine, db_url: str) -> None:
