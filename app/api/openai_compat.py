@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.agent.events import TurnEvent
+from app.agent.events import DoneEvent, TurnEvent
 from app.agent.openai_wire import AnswerCollector, ChunkEncoder, Completion
 from app.agent.request import TurnRequest, TurnServices
 from app.agent.streaming import stream_turn
@@ -228,14 +228,19 @@ async def _chunks(
     events: AsyncGenerator[TurnEvent, None], encoder: ChunkEncoder
 ) -> AsyncGenerator[bytes, None]:
     # A disconnect makes the response close this generator, which closes the turn's stream and
-    # so cancels the turn: its staged memory is discarded.
+    # so cancels the turn: its staged memory is discarded. After `done` (the last event) the
+    # empty chunk ends the body first; closing the turn's stream then waits for the turn's
+    # bookkeeping (app/agent/streaming.py).
     async with contextlib.aclosing(events) as stream:
         async for event in stream:
             for chunk in encoder.encode(event):
                 yield _data(chunk)
-    for chunk in encoder.close():
-        yield _data(chunk)
-    yield sse_data("[DONE]")
+            if isinstance(event, DoneEvent):
+                break
+        for chunk in encoder.close():
+            yield _data(chunk)
+        yield sse_data("[DONE]")
+        yield b""
 
 
 class AnswerResponse(Response):

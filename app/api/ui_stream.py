@@ -162,21 +162,27 @@ def sse_data(payload: str) -> bytes:
 
 
 async def ui_chunks(events: AsyncIterator[TurnEvent]) -> AsyncIterator[Chunk]:
+    """The UI message chunks of a turn's events, up to `done` (the last event)."""
     encoder = UiChunkEncoder()
     async for event in events:
         for chunk in encoder.encode(event):
             yield chunk
+        if isinstance(event, DoneEvent):
+            break
     for chunk in encoder.close():
         yield chunk
 
 
 async def _body(events: AsyncGenerator[TurnEvent, None]) -> AsyncGenerator[bytes, None]:
     # Closing this generator (a disconnect, even mid-send) closes the turn's stream at once,
-    # which cancels the turn, rather than leaving it to the garbage collector.
+    # which cancels the turn, rather than leaving it to the garbage collector. After `done`
+    # the empty chunk ends the body first; closing the turn's stream then waits for the
+    # turn's bookkeeping (app/agent/streaming.py).
     async with contextlib.aclosing(events) as stream:
         async for chunk in ui_chunks(stream):
             yield sse_data(json.dumps(chunk, ensure_ascii=False, separators=(",", ":")))
-    yield sse_data("[DONE]")
+        yield sse_data("[DONE]")
+        yield b""
 
 
 def ui_message_response(events: AsyncGenerator[TurnEvent, None]) -> EventStreamResponse:

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import httpx
+import pytest
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
@@ -19,9 +20,10 @@ from sqlalchemy import Engine
 from app.main import create_app
 from tests.support.apps import api_settings, closed_port_url
 from tests.support.gates import Gates
+from tests.support.openai_sdk import MODEL, user_says
 from tests.support.scripted import HeldText, HttpError, ScriptedModel, Text, memory_call
 from tests.support.server import free_port, live_server
-from tests.support.sse import iter_events, names, post_chat
+from tests.support.sse import post_chat
 from tests.support.tokens import dev_auth
 from tests.support.waiting import wait_for
 from tests.telemetry.capture import RecordingHandler
@@ -182,13 +184,31 @@ def test_no_label_carries_a_subject_an_id_or_content_and_series_do_not_grow_with
     assert UUID.search(text) is None
 
 
+# A turn in each stream protocol: (path, body) and the bytes its body ends with.
+STREAMS = {
+    "native": ("/v1/chat", lambda text: {"message": text}, b"event: done"),
+    "ai-sdk": (
+        "/v1/chat?protocol=ai-sdk",
+        lambda text: {"messages": [{"role": "user", "parts": [{"type": "text", "text": text}]}]},
+        b"data: [DONE]",
+    ),
+    "openai": (
+        "/openai/v1/chat/completions",
+        lambda text: {"model": MODEL, "messages": user_says(text), "stream": True},
+        b"data: [DONE]",
+    ),
+}
+
+
+@pytest.mark.parametrize("protocol", list(STREAMS))
 def test_a_turns_bookkeeping_is_in_place_before_the_client_asks_for_it(
-    engine: Engine, db_url: str
+    engine: Engine, db_url: str, protocol: str
 ) -> None:
-    """The response ends with `done`, and the turn's last log line and metrics come after the
-    body's end, yet before the service reads anything the client sends next: a client that
-    asks for /metrics on the same connection as soon as each body ends finds that turn counted
-    and its `turn.finished` line written, every time."""
+    """The response ends with `done` (and its protocol's trailer), and the turn's last log line
+    and metrics come after the body's end, yet before the service reads anything the client
+    sends next: a client that asks for /metrics on the same connection as soon as each body
+    ends finds that turn counted and its `turn.finished` line written, every time."""
+    path, body, ending = STREAMS[protocol]
     turns = 12
     model = ScriptedModel([Text(f"Answer {n}.") for n in range(turns)])
     user = f"metrics-{uuid.uuid4().hex[:8]}"
@@ -200,10 +220,11 @@ def test_a_turns_bookkeeping_is_in_place_before_the_client_asks_for_it(
             before = samples(url)
             for n in range(1, turns + 1):
                 with client.stream(
-                    "POST", "/v1/chat", json={"message": f"turn {n}"}, headers=dev_auth(user)
+                    "POST", path, json=body(f"turn {n}"), headers=dev_auth(user)
                 ) as response:
-                    events = list(iter_events(response))
-                assert names(events)[-1] == "done"
+                    assert response.status_code == 200
+                    received = response.read()
+                assert re.split(rb"\r?\n\r?\n", received.strip())[-1].startswith(ending)
                 counted = samples(url, client)
                 finished = [
                     record
