@@ -228,12 +228,21 @@ def test_the_save_mode_switch_never_undoes_a_click_with_an_older_read(
     )
     assert stored_mode.status_code == 200, stored_mode.text
     held: list[tuple[Route, APIResponse]] = []
+    holding = [True]
 
     def hold_reads(route: Route) -> None:
-        if route.request.method != "GET":
+        if route.request.method != "GET" or not holding[0]:
             route.continue_()
             return
         held.append((route, route.fetch()))  # answered later, with what it read now
+
+    def release_reads() -> None:
+        # Every held read, oldest first, and none held from here on: the page may have read
+        # the mode again meanwhile (its project scope settling), and only the newest read counts.
+        holding[0] = False
+        while held:
+            route, answer = held.pop(0)
+            route.fulfill(response=answer)
 
     page.route("**/v1/memory/settings", hold_reads)
     page.reload()  # the session stays; the page reads memory, then the save mode (held)
@@ -241,17 +250,16 @@ def test_the_save_mode_switch_never_undoes_a_click_with_an_older_read(
     until_held(page, held, "the page's read of the save mode")
     open_memory(page)
     expect(switch).to_be_disabled()
-    route, answer = held.pop()
-    route.fulfill(response=answer)
+    release_reads()
     expect(switch).to_be_enabled()
     expect(switch).to_be_checked()
 
+    holding[0] = True
     page.get_by_role("button", name="Refresh memory").click()
     until_held(page, held, "the refresh's read of the save mode")
     switch.uncheck()  # sent while the refresh's read, which said "ask", is still held
     expect(page.locator("#memory-notice")).to_contain_text("saves what it learns as it goes")
-    route, answer = held.pop()
-    route.fulfill(response=answer)
+    release_reads()
     expect(page.locator("body")).to_have_attribute("data-ready", "true")
     page.wait_for_load_state("networkidle")
     expect(switch).not_to_be_checked()
