@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 
 from tests.support.databases import mariadb_database, migrated_engine, postgres_database, wipe
 from tests.support.postgres_servers import pgbouncer
+from tests.support.server import settle
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -56,6 +57,17 @@ def _serial(item: pytest.Item) -> bool:
         return False
     when = marker.kwargs.get("when")
     return when is None or item.get_closest_marker(when) is not None
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test's call ends once the test servers have finished its requests, inside its output
+    capture (trylast: the innermost wrapper), so their access lines are part of its output
+    rather than printed between tests."""
+    try:
+        return (yield)
+    finally:
+        settle()
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,20 @@ from contextlib import contextmanager
 import uvicorn
 from fastapi import FastAPI
 
+# Every test server running now, for `settle`.
+_running: set[uvicorn.Server] = set()
+
+
+def settle(seconds: float = 1.0) -> None:
+    """Wait, at most `seconds`, until no running test server is still handling a request: a
+    server writes a request's access line after the response's last byte, so a test that ends
+    at once would otherwise leave the line to be written after its output capture."""
+    deadline = time.monotonic() + seconds
+    while any(server.server_state.tasks for server in list(_running)):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.002)
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -61,7 +75,9 @@ def running_server(
     def stop() -> None:
         server.should_exit = True
         thread.join(timeout=15)
+        _running.discard(server)
 
+    _running.add(server)
     try:
         yield f"http://127.0.0.1:{port}", stop
     finally:
