@@ -4,7 +4,6 @@ a subject, an id or content, and the number of series does not grow with users."
 
 from __future__ import annotations
 
-import logging
 import re
 import uuid
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from tests.support.server import free_port, live_server
 from tests.support.sse import post_chat
 from tests.support.tokens import dev_auth
 from tests.support.waiting import wait_for
-from tests.telemetry.capture import RecordingHandler
+from tests.telemetry.capture import capture_telemetry
 
 PINNED = datetime(2026, 12, 3, 12, 0, 20, tzinfo=UTC)
 Found = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -202,7 +201,7 @@ STREAMS = {
 
 @pytest.mark.parametrize("protocol", list(STREAMS))
 def test_a_turns_bookkeeping_is_in_place_before_the_client_asks_for_it(
-    engine: Engine, db_url: str, protocol: str
+    engine: Engine, db_url: str, protocol: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """The response ends with `done` (and its protocol's trailer), and the turn's last log line
     and metrics come after the body's end, yet before the service reads anything the client
@@ -212,34 +211,23 @@ def test_a_turns_bookkeeping_is_in_place_before_the_client_asks_for_it(
     turns = 12
     model = ScriptedModel([Text(f"Answer {n}.") for n in range(turns)])
     user = f"metrics-{uuid.uuid4().hex[:8]}"
-    lines = RecordingHandler()
-    root = logging.getLogger()
-    root.addHandler(lines)
-    try:
-        with server(db_url, model) as url, httpx.Client(base_url=url, timeout=30) as client:
-            before = samples(url)
-            for n in range(1, turns + 1):
-                with client.stream(
-                    "POST", path, json=body(f"turn {n}"), headers=dev_auth(user)
-                ) as response:
-                    assert response.status_code == 200
-                    received = response.read()
-                assert re.split(rb"\r?\n\r?\n", received.strip())[-1].startswith(ending)
-                counted = samples(url, client)
-                finished = [
-                    record
-                    for record in list(lines.records)
-                    if isinstance(record.msg, dict) and record.msg.get("event") == "turn.finished"
-                ]
-                assert len(finished) == n
-                complete = {"agent": "chat", "outcome": "complete"}
-                assert (
-                    value(counted, "amem_turns_total", **complete)
-                    - value(before, "amem_turns_total", **complete)
-                    == n
-                )
-    finally:
-        root.removeHandler(lines)
+    complete = {"agent": "chat", "outcome": "complete"}
+    with (
+        capture_telemetry(capfd) as captured,
+        server(db_url, model) as url,
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+        before = value(samples(url), "amem_turns_total", **complete)
+        for n in range(1, turns + 1):
+            with client.stream(
+                "POST", path, json=body(f"turn {n}"), headers=dev_auth(user)
+            ) as response:
+                assert response.status_code == 200
+                received = response.read()
+            assert re.split(rb"\r?\n\r?\n", received.strip())[-1].startswith(ending)
+            counted = value(samples(url, client), "amem_turns_total", **complete)
+            assert captured.events().count("turn.finished") == n
+            assert counted - before == n
     model.assert_done()
 
 
