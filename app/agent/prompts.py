@@ -11,7 +11,15 @@ from typing import Literal
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 
 from app.memory.provenance import SaveMode
-from app.memory.render import BlockTags, MemoryStatus, encode_entry, render_block
+from app.memory.render import (
+    BlockTags,
+    MemoryStatus,
+    Withheld,
+    WithheldEntries,
+    encode_entry,
+    is_withheld,
+    render_block,
+)
 from app.memory.rules import GENERAL_TARGETS, LIMITS, MemoryUsage, Snapshot, Target
 
 PROMPTS_ROOT = Path(__file__).resolve().parents[2] / "prompts"
@@ -38,12 +46,12 @@ class MemoryView:
     targets: tuple[Target, ...] = GENERAL_TARGETS
     project_name: str | None = None
 
-    def variables(self, tags: BlockTags) -> dict[str, object]:
+    def variables(self, tags: BlockTags, withheld: Withheld = is_withheld) -> dict[str, object]:
         shown = self.status == "available"
         usage = self.snapshot.usage() if shown else MemoryUsage()
         return {
             "memory_status": self.status,
-            "memory_block": render_block(self.snapshot, tags) if shown else "",
+            "memory_block": render_block(self.snapshot, tags, withheld) if shown else "",
             # The tag's bare name, for the prose: the closing tag itself appears only once.
             "memory_tag": tags.name,
             "memory_tool": self.tool_offered,
@@ -78,6 +86,8 @@ class PromptLibrary:
             # template is kept: Jinja's default re-checks the file's mtime on every turn.
             auto_reload=False,
         )
+        # The policy's verdict on each stored entry, kept across turns (by digest, not text).
+        self.withheld = WithheldEntries()
 
     def template(self, kind: PromptKind, version: str) -> Template:
         return self.environment.get_template(f"{kind}/{version}.md.j2")
@@ -93,7 +103,7 @@ class PromptLibrary:
         """`search`: whether conversation_search is offered (templates before v2 ignore it).
         `tags`: the memory block's tags, fresh for every call unless a test pins them."""
         tags = tags or new_block_tags()
-        variables = {**memory.variables(tags), "search_tool": search}
+        variables = {**memory.variables(tags, self.withheld), "search_tool": search}
         return self.template("system", version).render(**variables).strip()
 
     def eval_prompt(self, version: str) -> str:

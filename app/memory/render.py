@@ -11,8 +11,12 @@ angle and square brackets are escaped too (`\\u003c`): a server that maps `<|eot
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import secrets
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,6 +38,7 @@ SECTION_ORDER: tuple[Target, ...] = ("user", "project", "memory")
 NONCE = re.compile(r"^[0-9a-f]{32}$")
 # Characters a tokenizer or a chat template may read as structure: written as escapes.
 _STRUCTURAL = frozenset("<>[]")
+_STRUCTURAL_CHARS = re.compile(r"[<>\[\]]")
 # Invisible, but part of ordinary words and emoji (the policy allows them only there): kept raw
 # so that a family emoji or a Persian word stays readable. They never break a line.
 _JOINERS = frozenset("\u200c\u200d")
@@ -74,10 +79,54 @@ def is_withheld(entry: str) -> bool:
     return not entry or not policy.is_acceptable(entry)
 
 
-def prompt_entries(snapshot: Snapshot, target: Target) -> tuple[str | None, ...]:
+Withheld = Callable[[str], bool]
+
+
+class WithheldEntries:
+    """`is_withheld`, remembered for the entries this process has shown. Every turn's block
+    shows every stored entry, and the policy's scan (a catalogue of secret formats, the
+    injection patterns) is the costliest pure code of a turn (docs/performance.md), while its
+    verdict depends only on the entry's text and the policy, which is this process's code.
+
+    A verdict is kept under a keyed digest of the entry, never the text: the key is drawn when
+    the process builds this and never leaves it, so nothing kept reveals or confirms an entry,
+    and a forgotten or erased entry leaves only a digest nobody can link to it. At most `size`
+    verdicts, the least recently used dropped first. Safe to share between threads."""
+
+    def __init__(self, size: int = 16_384, verdict: Withheld = is_withheld) -> None:
+        self.size = size
+        self._verdict = verdict
+        self._key = secrets.token_bytes(hashlib.blake2b.MAX_KEY_SIZE)
+        self._seen: dict[bytes, bool] = {}  # insertion order is recency
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def digest(self, entry: str) -> bytes:
+        return hashlib.blake2b(entry.encode(), key=self._key, digest_size=16).digest()
+
+    def __call__(self, entry: str) -> bool:
+        digest = self.digest(entry)
+        with self._lock:
+            withheld = self._seen.pop(digest, None)
+            if withheld is not None:
+                self._seen[digest] = withheld
+                return withheld
+        withheld = self._verdict(entry)  # outside the lock: another thread may scan meanwhile
+        with self._lock:
+            self._seen[digest] = withheld
+            while len(self._seen) > self.size:
+                del self._seen[next(iter(self._seen))]
+        return withheld
+
+
+def prompt_entries(
+    snapshot: Snapshot, target: Target, withheld: Withheld = is_withheld
+) -> tuple[str | None, ...]:
     """Stored entries as the model may see them: a blocked entry stays stored but is withheld
     (None)."""
-    return tuple(None if is_withheld(entry) else entry for entry in snapshot.entries(target))
+    return tuple(None if withheld(entry) else entry for entry in snapshot.entries(target))
 
 
 def _escape(char: str) -> str:
@@ -93,6 +142,8 @@ def encode_entry(entry: str) -> str:
     stays as it is; quotes, backslashes, every line break and invisible character (but the
     joiners), and angle and square brackets are escapes. The result is one line."""
     literal = json.dumps(entry, ensure_ascii=False)
+    if literal.isprintable() and not _STRUCTURAL_CHARS.search(literal):
+        return literal  # nothing to escape: most entries, at a fraction of the walk below
     return "".join(
         _escape(char)
         if char in _STRUCTURAL or not (char.isprintable() or char in _JOINERS)
@@ -101,22 +152,25 @@ def encode_entry(entry: str) -> str:
     )
 
 
-def render_section(snapshot: Snapshot, target: Target) -> str:
+def render_section(snapshot: Snapshot, target: Target, withheld: Withheld = is_withheld) -> str:
     lines = [usage_line(snapshot, target)]
     lines.extend(
         BLOCKED_PLACEHOLDER if entry is None else encode_entry(entry)
-        for entry in prompt_entries(snapshot, target)
+        for entry in prompt_entries(snapshot, target, withheld)
     )
     return "\n".join(lines)
 
 
-def render_block(snapshot: Snapshot, tags: BlockTags) -> str:
+def render_block(snapshot: Snapshot, tags: BlockTags, withheld: Withheld = is_withheld) -> str:
     """The complete memory block: headings with usage as in docs/design.md, one string literal
     per entry, a blank line between stores, inside this turn's tags (docs/threat-model.md).
     Only the documents of the snapshot's scope: in a project, the user profile and the project's
-    document (and the general one only when the project is opted into it)."""
+    document (and the general one only when the project is opted into it). `withheld`: the
+    policy's verdict, `is_withheld` or a `WithheldEntries` remembering it."""
     sections = "\n\n".join(
-        render_section(snapshot, target) for target in SECTION_ORDER if target in snapshot.targets
+        render_section(snapshot, target, withheld)
+        for target in SECTION_ORDER
+        if target in snapshot.targets
     )
     return f"{tags.open}\n{sections}\n{tags.close}"
 

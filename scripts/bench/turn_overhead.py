@@ -14,7 +14,11 @@ so drift on the machine affects every path alike. Both paths read their body as 
     .venv/bin/python scripts/bench/turn_overhead.py --database postgresql --concurrency 1
     .venv/bin/python scripts/bench/turn_overhead.py --database sqlite --concurrency 32
         [--turns 200] [--blocks 4] [--baseline /path/to/before-checkout] [--workers N]
-        [--compare-limits]
+        [--compare-limits] [--full-memory]
+
+With `--full-memory` every benchmark user's memory is filled first (`FULL_MEMORY`: both stores
+near their limits, through `POST /v1/memory/operations`), so each turn's prompt shows a full
+memory block, as a long-time user's does; without it the users' memory is empty.
 
 The service checks every per-user limit on each turn without reaching one (`LIMITS_CHECKED`);
 `--compare-limits` serves the same tree with the limits off as `no_limits`, measured alongside.
@@ -63,6 +67,42 @@ LIMITS_CHECKED = {
     "USER_DAILY_TOKENS": "1000000000000",
 }
 LIMITS_OFF = {"USER_MAX_STREAMS": "0", "USER_TURNS_PER_MINUTE": "0", "USER_DAILY_TOKENS": "0"}
+
+_FACTS = (
+    "prefers green tea to coffee in the morning and black coffee after lunch",
+    "lives near the river in an old flat with a small balcony full of herbs",
+    "works as a night shift nurse in the cardiology ward of the city hospital",
+    "has two cats called Miso and Tofu who sleep on the radiator all winter",
+    "is learning Portuguese before a long trip along the coast next spring",
+    "plays the cello in an amateur orchestra that rehearses on Thursday evenings",
+    "does not eat meat and likes cooking lentil stews with a lot of cumin",
+    "runs along the canal on weekends and is training for a half marathon",
+    "reads crime novels set in Scandinavia and keeps a list of favourite authors",
+    "asked for short answers with the main point first and examples after it",
+    "uses a Linux laptop at home and a locked down Windows machine at work",
+    "is allergic to penicillin and mentions it whenever medicine comes up",
+)
+_NUMBERS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+# Both stores near their limits (1,375 and 2,200 characters): the user profile seven entries,
+# the agent's memory eleven, each a plain fact that the content policy accepts.
+FULL_MEMORY = [
+    *(
+        {
+            "target": "user",
+            "action": "add",
+            "content": f"The user {_FACTS[n]}, and {_FACTS[n + 1]} (entry {number}).",
+        }
+        for n, number in enumerate(_NUMBERS[:7])
+    ),
+    *(
+        {
+            "target": "memory",
+            "action": "add",
+            "content": f"Session {n}: the user {_FACTS[n]}; also {_FACTS[(n + 5) % 12]}.",
+        }
+        for n in range(1, 12)
+    ),
+]
 
 
 @dataclass
@@ -179,8 +219,27 @@ async def block(turn: Callable[[int], Awaitable[None]], turns: int, concurrency:
     return time.perf_counter() - started
 
 
+async def fill_memory(client: httpx.AsyncClient, url: str, token: str) -> None:
+    """`FULL_MEMORY` in the user's memory, in one batch (a second call finds it already there)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    current = (await client.get(f"{url}/v1/memory", headers=headers)).json()
+    if current["user"]["entries"]:
+        return
+    response = await client.post(
+        f"{url}/v1/memory/operations", json={"operations": FULL_MEMORY}, headers=headers
+    )
+    if response.status_code != 200:
+        raise RuntimeError(f"{url} refused the memory: {response.text}")
+
+
 async def measure(
-    stub: str, services: dict[str, str], concurrency: int, turns: int, blocks: int
+    stub: str,
+    services: dict[str, str],
+    concurrency: int,
+    turns: int,
+    blocks: int,
+    *,
+    full_memory: bool = False,
 ) -> dict[str, Samples]:
     """Blocks of `direct` and of each service's turns, alternating."""
     limits = httpx.Limits(
@@ -207,6 +266,11 @@ async def measure(
 
             return turn
 
+        if full_memory:
+            for name, url in services.items():
+                if not name.startswith(("floor", "io_floor")):
+                    for token in tokens:
+                        await fill_memory(http, url, token)
         # Warm-up: connections, the service's agent singletons, the database pool.
         for name in samples:
             await block(path(name, Samples()), concurrency * 2, concurrency)
@@ -292,6 +356,11 @@ def main() -> None:
         action="store_true",
         help="also serve this tree with every per-user limit off (`no_limits`) alongside",
     )
+    parser.add_argument(
+        "--full-memory",
+        action="store_true",
+        help="fill every benchmark user's memory first (FULL_MEMORY), for each service path",
+    )
     parser.add_argument("--out", default=None, help="results name (default from the options)")
     args = parser.parse_args()
     levels = [int(level) for level in args.concurrency.split(",")]
@@ -300,7 +369,8 @@ def main() -> None:
         trees["no_limits"] = ROOT
     figures: dict[str, object] = {
         "setup": f"offline model standalone (delay 0) as the stub; {args.workers} uvicorn "
-        f"worker(s) on {args.database}, memory on, LOG_LEVEL=INFO json to a file; "
+        f"worker(s) on {args.database}, memory on"
+        f"{' and full (FULL_MEMORY)' if args.full_memory else ''}, LOG_LEVEL=INFO json to a file; "
         "client in the same machine (asyncio, httpx, both bodies read as raw bytes)",
         "trees": {name: str(tree) for name, tree in trees.items()},
     }
@@ -364,7 +434,16 @@ def main() -> None:
             url = stack.enter_context(database(args.database, Path(logs), "io_floor"))
             urls["io_floor"], _pid = stack.enter_context(io_floor_service(stub, url, Path(logs)))
         for concurrency in levels:
-            paths = asyncio.run(measure(stub, urls, concurrency, args.turns, args.blocks))
+            paths = asyncio.run(
+                measure(
+                    stub,
+                    urls,
+                    concurrency,
+                    args.turns,
+                    args.blocks,
+                    full_memory=args.full_memory,
+                )
+            )
             described = {name: describe(samples) for name, samples in paths.items()}
             row: dict[str, object] = dict(described)
             for name in urls:

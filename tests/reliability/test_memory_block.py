@@ -27,7 +27,7 @@ from sqlalchemy import Engine, delete
 from app.agent.prompts import MemoryView, PromptLibrary
 from app.db.schema import agent_memory
 from app.db.writers import maintenance
-from app.memory import render
+from app.memory import policy, render
 from app.memory.markers import RESERVED_TAG_NAME
 from app.memory.render import BLOCKED_PLACEHOLDER, BlockTags
 from app.memory.rules import SEPARATOR, Snapshot, Target
@@ -210,7 +210,8 @@ def test_no_stored_text_closes_the_block_or_poses_as_a_role(
     chat-template marker; outside the block no line starts a privileged role. The prompt is
     exactly what the library renders for what is stored, under this turn's tag."""
     if layer == "pattern-layer-off":
-        monkeypatch.setattr(render, "is_withheld", lambda entry: not entry)
+        # Every non-empty entry passes the policy, so every one is shown.
+        monkeypatch.setattr(policy, "is_acceptable", lambda stored: True)
     transport = CapturingTransport()
     library, version = PromptLibrary(), api_settings(db_url).prompt_version
     seen_nonces: set[str] = set()

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.memory import render
 from app.memory.render import (
     BLOCKED_PLACEHOLDER,
     BlockTags,
@@ -190,9 +189,8 @@ def test_no_entry_changes_the_block_structure(
     quote, bracket and invisible character, renders as exactly one line per entry that decodes
     back to it, and the closing tag occurs once, as the last line."""
     tags = BlockTags(nonce)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(render, "is_withheld", lambda entry: not entry)
-        block = render_block(Snapshot(user=tuple(user), memory=tuple(memory)), tags)
+    snapshot = Snapshot(user=tuple(user), memory=tuple(memory))
+    block = render_block(snapshot, tags, withheld=lambda entry: not entry)
     lines = block.split("\n")
     assert lines[0] == tags.open and lines[-1] == tags.close
     assert "\n".join(lines).count(tags.close) == 1
@@ -206,3 +204,24 @@ def test_no_entry_changes_the_block_structure(
                 continue
             assert line[0] == line[-1] == '"' and json.loads(line) == entry
             assert not set(line) & set("<>[]\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def _escaped_char_by_char(entry: str) -> str:
+    """The encoding's definition: each character of the JSON literal looked at alone, kept when
+    printable (or a joiner) and not a bracket, else a `\\u` escape (a surrogate pair above
+    U+FFFF, as `json.dumps` writes it)."""
+
+    def written(char: str) -> str:
+        if char not in "<>[]" and (char.isprintable() or char in "\u200c\u200d"):
+            return char
+        return json.dumps(char)[1:-1] if ord(char) > 0xFFFF else f"\\u{ord(char):04x}"
+
+    return "".join(written(char) for char in json.dumps(entry, ensure_ascii=False))
+
+
+@settings(max_examples=1000, deadline=None)
+@given(entry=st.text(st.characters(codec="utf-8"), max_size=80))
+def test_the_encodings_shortcut_changes_no_entry(entry: str) -> None:
+    """An entry with nothing to escape is returned as its plain JSON literal without looking at
+    each character: for any text, the result is the one the character-by-character rule gives."""
+    assert encode_entry(entry) == _escaped_char_by_char(entry)
