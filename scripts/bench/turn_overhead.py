@@ -275,8 +275,12 @@ async def measure(
         for name in samples:
             await block(path(name, Samples()), concurrency * 2, concurrency)
         per_block = max(concurrency, turns // blocks)
-        for _ in range(blocks):
-            for name, into in samples.items():
+        names = list(samples)
+        for number in range(blocks):
+            # Each block starts with the next path, so that no path always follows the same one.
+            shift = number % len(names)
+            for name in names[shift:] + names[:shift]:
+                into = samples[name]
                 into.wall_seconds += await block(path(name, into), per_block, concurrency)
     return samples
 
