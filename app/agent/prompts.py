@@ -4,7 +4,7 @@ from code."""
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -45,6 +45,8 @@ class MemoryView:
     save_mode: SaveMode | None = None
     targets: tuple[Target, ...] = GENERAL_TARGETS
     project_name: str | None = None
+    # Whose memory (required: the remembered verdicts are kept per person).
+    owner: str = field(kw_only=True)
 
     def variables(self, tags: BlockTags, withheld: Withheld = is_withheld) -> dict[str, object]:
         shown = self.status == "available"
@@ -103,7 +105,8 @@ class PromptLibrary:
         """`search`: whether conversation_search is offered (templates before v2 ignore it).
         `tags`: the memory block's tags, fresh for every call unless a test pins them."""
         tags = tags or new_block_tags()
-        variables = {**memory.variables(tags, self.withheld), "search_tool": search}
+        withheld = self.withheld.of(memory.owner)
+        variables = {**memory.variables(tags, withheld), "search_tool": search}
         return self.template("system", version).render(**variables).strip()
 
     def eval_prompt(self, version: str) -> str:

@@ -79,6 +79,7 @@ async def run_rounds(
             ctx.save_mode,
             ctx.memory_targets,
             ctx.project_name,
+            owner=ctx.user_id,
         )
     # A request-local copy; the shared agent is untouched.
     agent = shared.for_turn(memory, search=ctx.search_tool_offered)

@@ -88,10 +88,12 @@ class WithheldEntries:
     injection patterns) is the costliest pure code of a turn (docs/performance.md), while its
     verdict depends only on the entry's text and the policy, which is this process's code.
 
-    A verdict is kept under a keyed digest of the entry, never the text: the key is drawn when
-    the process builds this and never leaves it, so nothing kept reveals or confirms an entry,
-    and a forgotten or erased entry leaves only a digest nobody can link to it. At most `size`
-    verdicts, the least recently used dropped first. Safe to share between threads."""
+    A verdict is kept under a keyed digest of its owner and the entry, never the text: the key
+    is drawn when the process builds this and never leaves it, so nothing kept reveals or
+    confirms an entry, and a forgotten or erased entry leaves only a digest nobody can link to
+    it. Per owner: one person's verdict never answers for another's, so how soon a turn starts
+    tells nobody whether someone else has stored the same text. At most `size` verdicts, the
+    least recently used dropped first. Safe to share between threads."""
 
     def __init__(self, size: int = 16_384, verdict: Withheld = is_withheld) -> None:
         self.size = size
@@ -103,11 +105,20 @@ class WithheldEntries:
     def __len__(self) -> int:
         return len(self._seen)
 
-    def digest(self, entry: str) -> bytes:
-        return hashlib.blake2b(entry.encode(), key=self._key, digest_size=16).digest()
+    def digest(self, entry: str, owner: str = "") -> bytes:
+        owned = owner.encode()
+        # The owner's length first: no (owner, entry) pair reads as another.
+        hashed = hashlib.blake2b(len(owned).to_bytes(4, "big"), key=self._key, digest_size=16)
+        hashed.update(owned)
+        hashed.update(entry.encode())
+        return hashed.digest()
 
-    def __call__(self, entry: str) -> bool:
-        digest = self.digest(entry)
+    def of(self, owner: str) -> Withheld:
+        """The verdicts on `owner`'s entries."""
+        return lambda entry: self(entry, owner)
+
+    def __call__(self, entry: str, owner: str = "") -> bool:
+        digest = self.digest(entry, owner)
         with self._lock:
             withheld = self._seen.pop(digest, None)
             if withheld is not None:

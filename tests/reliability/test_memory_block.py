@@ -236,7 +236,7 @@ def test_no_stored_text_closes_the_block_or_poses_as_a_role(
             assert tags.nonce not in seen_nonces
             seen_nonces.add(tags.nonce)
             names = {tool["function"]["name"] for tool in body.get("tools") or ()}
-            view = MemoryView("available", snapshot, "memory_update" in names)
+            view = MemoryView("available", snapshot, "memory_update" in names, owner="u")
             expected = library.system_prompt(
                 version, view, search="conversation_search" in names, tags=tags
             )

@@ -29,7 +29,7 @@ GENERAL = Snapshot(user=("Name: Ada.",), memory=("General note.",))
 )
 def test_v4_is_v3_outside_projects(status: str, tool: bool, mode: str | None, search: int) -> None:
     library = PromptLibrary()
-    view = MemoryView(status, GENERAL, tool, mode)  # type: ignore[arg-type]
+    view = MemoryView(status, GENERAL, tool, mode, owner="u")  # type: ignore[arg-type]
     assert library.system_prompt("v4", view, search=bool(search), tags=TAGS) == (
         library.system_prompt("v3", view, search=bool(search), tags=TAGS)
     )
@@ -43,7 +43,7 @@ def project_prompt(general_memory: bool, name: str = "Client A") -> str:
         project=("Client A bills monthly.",),
         targets=targets,
     )
-    view = MemoryView("available", snapshot, True, "auto", targets, name)
+    view = MemoryView("available", snapshot, True, "auto", targets, name, owner="u")
     return PromptLibrary().system_prompt("v4", view, search=True, tags=TAGS)
 
 

@@ -27,13 +27,15 @@ def test_missing_variable_is_an_error_not_a_blank(tmp_path: Path) -> None:
     (tmp_path / "system" / "v9.md.j2").write_text("Hello {{ memory_block }} {{ typo_value }}")
     library = PromptLibrary(tmp_path)
     with pytest.raises(jinja2.UndefinedError):
-        library.system_prompt("v9", MemoryView("available", SNAPSHOT, True))
+        library.system_prompt("v9", MemoryView("available", SNAPSHOT, True, owner="u"))
 
 
 def test_available_memory_is_framed_as_untrusted_data_with_the_policy() -> None:
     """The block is inside its tags, called untrusted data, and the save/skip policy is there."""
     tags = BlockTags("a" * 32)
-    prompt = PromptLibrary().system_prompt("v1", MemoryView("available", SNAPSHOT, True), tags=tags)
+    prompt = PromptLibrary().system_prompt(
+        "v1", MemoryView("available", SNAPSHOT, True, owner="u"), tags=tags
+    )
     assert tags.open in prompt and tags.close in prompt and SENTINEL in prompt
     assert "untrusted" in prompt.lower() and "not instructions" in prompt.lower()
     for phrase in ("Do not save", "secrets", "stable user preferences"):
@@ -44,7 +46,7 @@ def test_available_memory_is_framed_as_untrusted_data_with_the_policy() -> None:
 @pytest.mark.parametrize("status", ["unavailable", "disabled"])
 def test_no_block_unless_memory_is_available(status: str) -> None:
     """Unavailable and disabled memory render no block and no stored content."""
-    view = MemoryView(status, SNAPSHOT, status == "unavailable")  # type: ignore[arg-type]
+    view = MemoryView(status, SNAPSHOT, status == "unavailable", owner="u")  # type: ignore[arg-type]
     prompt = PromptLibrary().system_prompt("v1", view)
     assert f"<{RESERVED_TAG_NAME}" not in prompt and SENTINEL not in prompt
 
@@ -52,9 +54,11 @@ def test_no_block_unless_memory_is_available(status: str) -> None:
 def test_tool_policy_only_when_the_tool_is_offered() -> None:
     """The save instructions appear only while memory_update is offered."""
     library = PromptLibrary()
-    assert "memory_update" in library.system_prompt("v1", MemoryView("available", SNAPSHOT, True))
+    assert "memory_update" in library.system_prompt(
+        "v1", MemoryView("available", SNAPSHOT, True, owner="u")
+    )
     assert "memory_update" not in library.system_prompt(
-        "v1", MemoryView("available", SNAPSHOT, False)
+        "v1", MemoryView("available", SNAPSHOT, False, owner="u")
     )
 
 
@@ -73,8 +77,8 @@ def test_a_turn_gets_a_copy_and_the_shared_agent_never_changes() -> None:
         prompt_version="v1",
         registered_tools=(MEMORY_TOOL,),
     )
-    alice = shared.for_turn(MemoryView("available", SNAPSHOT, True))
-    bob = shared.for_turn(MemoryView("disabled", Snapshot(), False))
+    alice = shared.for_turn(MemoryView("available", SNAPSHOT, True, owner="u"))
+    bob = shared.for_turn(MemoryView("disabled", Snapshot(), False, owner="u"))
     assert SENTINEL in alice.instructions and alice.tools == (MEMORY_TOOL,)
     assert SENTINEL not in bob.instructions and bob.tools == ()
     assert shared.instructions == "" and shared.tools == ()
@@ -121,7 +125,7 @@ def test_the_tool_schema_the_model_sees_is_pinned() -> None:
 def test_v2_tells_when_to_search_only_when_the_tool_is_offered() -> None:
     """The search policy (when to search, when not, untrusted results) shows only while
     conversation_search is offered; v1 renders the same with or without it."""
-    library, view = PromptLibrary(), MemoryView("available", SNAPSHOT, True)
+    library, view = PromptLibrary(), MemoryView("available", SNAPSHOT, True, owner="u")
     offered = library.system_prompt("v2", view, search=True)
     assert "conversation_search" in offered and "Do not search" in offered
     assert "UNTRUSTED" in offered and "not memory" in offered
@@ -138,7 +142,7 @@ def test_every_version_stays_loadable_and_renders_the_structural_block(version: 
     tags and string-literal entries (the rendering is code, not template)."""
     tags = BlockTags("c" * 32)
     prompt = PromptLibrary().system_prompt(
-        version, MemoryView("available", SNAPSHOT, True), tags=tags
+        version, MemoryView("available", SNAPSHOT, True, owner="u"), tags=tags
     )
     assert prompt.count(tags.open) == 1 and prompt.count(tags.close) == 1
     assert f'"{SENTINEL}"' in prompt
@@ -151,7 +155,9 @@ def test_v3_names_the_turn_tag_and_the_entry_encoding() -> None:
     from app.settings import Settings
 
     tags = BlockTags("d" * 32)
-    prompt = PromptLibrary().system_prompt("v3", MemoryView("available", SNAPSHOT, True), tags=tags)
+    prompt = PromptLibrary().system_prompt(
+        "v3", MemoryView("available", SNAPSHOT, True, owner="u"), tags=tags
+    )
     before = prompt[: prompt.index(tags.open)]
     assert tags.name in before and "JSON string literal" in before and "DATA" in before
     assert prompt.count(tags.close) == 1
@@ -161,7 +167,7 @@ def test_v3_names_the_turn_tag_and_the_entry_encoding() -> None:
 def test_each_prompt_draws_a_fresh_nonce() -> None:
     """Two compilations of the same memory never share a block tag: the nonce is drawn per
     turn, so no text can learn one turn's tag and use it in a later one."""
-    library, view = PromptLibrary(), MemoryView("available", SNAPSHOT, True)
+    library, view = PromptLibrary(), MemoryView("available", SNAPSHOT, True, owner="u")
     opening = re.compile(rf"<{RESERVED_TAG_NAME}_([0-9a-f]{{32}})>")
     nonces = {opening.findall(library.system_prompt("v3", view))[0] for _ in range(50)}
     assert len(nonces) == 50

@@ -78,8 +78,24 @@ def test_the_turns_prompt_scans_each_stored_entry_once() -> None:
     assert scans.asked == {entries[0]: 1, entries[1]: 1, "The user keeps three cats.": 1}
 
 
-def _view(snapshot: Snapshot) -> MemoryView:
-    return MemoryView(status="available", snapshot=snapshot, tool_offered=True)
+def test_no_verdict_is_shared_between_two_people() -> None:
+    """Each person's entries are judged for that person: the same text stored by two people is
+    scanned for each, so a turn's start takes as long whether or not someone else stored it;
+    and no owner and entry pair digests like another (`ab` + `x` against `a` + `bx`)."""
+    library = PromptLibrary()
+    scans = CountingVerdict()
+    library.withheld = WithheldEntries(verdict=scans)
+    entries = ("The user has a rare condition.",)
+    for owner in ("alice", "carol", "alice", "carol"):
+        library.system_prompt("v4", _view(Snapshot(user=entries), owner))
+    assert scans.asked == {entries[0]: 2}
+    withheld = library.withheld
+    assert withheld.digest(entries[0], "alice") != withheld.digest(entries[0], "carol")
+    assert withheld.digest("x", "ab") != withheld.digest("bx", "a")
+
+
+def _view(snapshot: Snapshot, owner: str = "someone") -> MemoryView:
+    return MemoryView(status="available", snapshot=snapshot, tool_offered=True, owner=owner)
 
 
 def _reachable(root: object) -> list[object]:
