@@ -92,10 +92,11 @@ class WithheldEntries:
     is drawn when the process builds this and never leaves it, so nothing kept reveals or
     confirms an entry, and a forgotten or erased entry leaves only a digest nobody can link to
     it. Per owner: one person's verdict never answers for another's, so how soon a turn starts
-    tells nobody whether someone else has stored the same text. At most `size` verdicts, the
-    least recently used dropped first. Safe to share between threads."""
+    tells nobody whether someone else has stored the same text. At most `size` verdicts (by
+    default the entries of a few thousand full memories; docs/privacy.md), the least recently
+    used dropped first. Safe to share between threads."""
 
-    def __init__(self, size: int = 16_384, verdict: Withheld = is_withheld) -> None:
+    def __init__(self, size: int = 65_536, verdict: Withheld = is_withheld) -> None:
         self.size = size
         self._verdict = verdict
         self._key = secrets.token_bytes(hashlib.blake2b.MAX_KEY_SIZE)
