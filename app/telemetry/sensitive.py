@@ -9,6 +9,7 @@ into worker threads (`asyncio.to_thread` copies the context) and never crosses r
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import contextvars
 import json
@@ -49,7 +50,8 @@ class TelemetryScope:
     capture_content: bool = False
     request_id: str | None = None
     _values: set[str] = field(default_factory=set)
-    _pattern: re.Pattern[str] | None = None
+    # The values longest first, and their lengths negated (ascending, for bisect).
+    _ordered: tuple[tuple[str, ...], list[int]] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def register(self, values: Iterable[str]) -> None:
@@ -63,26 +65,36 @@ class TelemetryScope:
                         self._values.add(variant)
                         added = True
             if added:
-                self._pattern = None
+                self._ordered = None
 
     @property
     def values(self) -> frozenset[str]:
         return frozenset(self._values)
 
-    def pattern(self) -> re.Pattern[str] | None:
-        compiled = self._pattern  # read without the lock: `register` resets it under the lock
-        if compiled is not None:
-            return compiled
+    def _longest_first(self) -> tuple[tuple[str, ...], list[int]]:
+        ordered = self._ordered  # read without the lock: `register` resets it under the lock
+        if ordered is not None:
+            return ordered
         with self._lock:
-            if self._pattern is None and self._values:
-                ordered = sorted(self._values, key=len, reverse=True)
-                self._pattern = re.compile("|".join(re.escape(value) for value in ordered))
-            return self._pattern
+            if self._ordered is None:
+                values = tuple(sorted(self._values, key=len, reverse=True))
+                self._ordered = (values, [-len(value) for value in values])
+            return self._ordered
+
+    def pattern(self, text: str) -> re.Pattern[str] | None:
+        """The alternation of the registered values that occur in `text`, longest first: it
+        replaces in `text` exactly what the alternation of every value would. A request may
+        register hundreds of long values (a chat-completions history) and a log line holds few
+        of them, so the regex is built from those, not compiled for all on every request."""
+        values, lengths = self._longest_first()
+        fitting = values[bisect.bisect_left(lengths, -len(text)) :]  # no longer than `text`
+        present = [value for value in fitting if value in text]
+        return re.compile("|".join(map(re.escape, present))) if present else None
 
     def scrub(self, text: str) -> str:
         if len(text) < MIN_SENSITIVE_LENGTH:  # no registered value fits in it
             return text
-        pattern = self.pattern()
+        pattern = self.pattern(text)
         return pattern.sub(REDACTED, text) if pattern is not None else text
 
 
