@@ -152,6 +152,8 @@ class MemoryControl:
         while entries := await to_thread(self._history_page, user_id, before):
             for entry in entries:
                 yield entry
+            if len(entries) < self.page_rows:
+                return  # a short page is the last: no query for an empty one
             before = entries[-1].id
 
     def _conversations_page(self, user_id: str, after: str | None) -> list[Conversation]:
@@ -165,6 +167,8 @@ class MemoryControl:
         while page := await to_thread(self._conversations_page, user_id, after):
             for conversation in page:
                 yield conversation
+            if len(page) < self.page_rows:
+                return
             after = page[-1].id
 
     def _messages_page(
@@ -183,4 +187,6 @@ class MemoryControl:
         while page := await to_thread(self._messages_page, conversation.id, after):
             for _id, message in page:
                 yield message
+            if len(page) < self.page_rows:
+                return
             after = page[-1][0]
