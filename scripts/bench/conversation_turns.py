@@ -25,10 +25,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.offline.wire import OFFLINE_MODEL_NAME  # noqa: E402
 from scripts.bench._common import summary, write_results  # noqa: E402
-from scripts.bench._processes import ROOT, dev_token, offline_model, service  # noqa: E402
-from scripts.bench.turn_overhead import LIMITS_CHECKED, database  # noqa: E402
+from scripts.bench._processes import dev_token, offline_model  # noqa: E402
+from scripts.bench.turn_overhead import LIMITS_CHECKED, serve_trees, tree_options, trees  # noqa: E402
 
 _START = re.compile(rb"event: start\r?\ndata: (.*)\r?\n")
 
@@ -69,35 +68,19 @@ async def measure(services: dict[str, str], turns: int, block: int) -> dict[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database", choices=("postgresql", "sqlite"), default="sqlite")
+    tree_options(parser)
     parser.add_argument("--turns", type=int, default=200, help="turns per conversation")
     parser.add_argument("--block", type=int, default=25, help="turns per path before the next")
-    parser.add_argument("--baseline", type=Path, default=None, help="another checkout (before)")
-    parser.add_argument("--out", default=None, help="results name")
     args = parser.parse_args()
-    trees = {"service": ROOT, **({"baseline": args.baseline} if args.baseline else {})}
+    served = trees(args)
     with tempfile.TemporaryDirectory() as logs, ExitStack() as stack:
         stub = stack.enter_context(offline_model(Path(logs)))
-        urls = {}
-        for name, tree in trees.items():
-            url = stack.enter_context(database(args.database, Path(logs), name))
-            urls[name], _pid = stack.enter_context(
-                service(
-                    url,
-                    Path(logs),
-                    root=tree,
-                    name=name,
-                    LLM_BASE_URL=stub,
-                    LLM_API_KEY="unused",
-                    LLM_MODEL=OFFLINE_MODEL_NAME,
-                    **LIMITS_CHECKED,
-                )
-            )
+        urls = serve_trees(stack, args.database, Path(logs), served, stub, **LIMITS_CHECKED)
         samples = asyncio.run(measure(urls, args.turns, args.block))
     figures: dict[str, object] = {
         "setup": f"POST /v1/chat continuing one conversation per path, {args.database}, offline "
         "model standalone (delay 0), every message new",
-        "trees": {name: str(tree) for name, tree in trees.items()},
+        "trees": {name: str(tree) for name, tree in served.items()},
     }
     # The first turns, before the history window fills, and the turns after it.
     full = 21

@@ -25,10 +25,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.offline.wire import OFFLINE_MODEL_NAME  # noqa: E402
 from scripts.bench._common import summary, write_results  # noqa: E402
-from scripts.bench._processes import ROOT, dev_token, offline_model, service  # noqa: E402
-from scripts.bench.turn_overhead import LIMITS_OFF, database  # noqa: E402
+from scripts.bench._processes import dev_token, offline_model  # noqa: E402
+from scripts.bench.turn_overhead import LIMITS_OFF, serve_trees, tree_options, trees  # noqa: E402
 
 _START = re.compile(r"event: start\r?\ndata: (.*)\r?\n")
 
@@ -73,37 +72,21 @@ async def measure(services: dict[str, str], conversations: int, downloads: int) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database", choices=("postgresql", "sqlite"), default="sqlite")
+    tree_options(parser)
     parser.add_argument("--conversations", type=int, default=300)
     parser.add_argument("--downloads", type=int, default=20, help="downloads per service")
-    parser.add_argument("--baseline", type=Path, default=None, help="another checkout (before)")
-    parser.add_argument("--out", default=None, help="results name")
     args = parser.parse_args()
-    trees = {"service": ROOT, **({"baseline": args.baseline} if args.baseline else {})}
+    served = trees(args)
     with tempfile.TemporaryDirectory() as logs, ExitStack() as stack:
         stub = stack.enter_context(offline_model(Path(logs)))
-        urls = {}
-        for name, tree in trees.items():
-            url = stack.enter_context(database(args.database, Path(logs), name))
-            urls[name], _pid = stack.enter_context(
-                service(
-                    url,
-                    Path(logs),
-                    root=tree,
-                    name=name,
-                    LLM_BASE_URL=stub,
-                    LLM_API_KEY="unused",
-                    LLM_MODEL=OFFLINE_MODEL_NAME,
-                    **LIMITS_OFF,
-                )
-            )
+        urls = serve_trees(stack, args.database, Path(logs), served, stub, **LIMITS_OFF)
         figures = asyncio.run(measure(urls, args.conversations, args.downloads))
     for name, values in figures.items():
         print(f"{name}: p50 {values['p50_ms']} ms for {values['bytes']} bytes", flush=True)
     result = {
         "setup": f"GET /v1/memory/export, {args.database}, {args.conversations} conversations "
         "(three of 61 turns), 100 memory changes",
-        "trees": {name: str(tree) for name, tree in trees.items()},
+        "trees": {name: str(tree) for name, tree in served.items()},
         "downloads": figures,
     }
     print(f"results written to {write_results(args.out or f'export_{args.database}', result)}")

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.offline.wire import OFFLINE_MODEL_NAME  # noqa: E402
 from scripts.bench._common import summary, write_results  # noqa: E402
-from scripts.bench._processes import ROOT, dev_token, offline_model, service  # noqa: E402
-from scripts.bench.turn_overhead import LIMITS_CHECKED, database  # noqa: E402
+from scripts.bench._processes import dev_token, offline_model  # noqa: E402
+from scripts.bench.turn_overhead import LIMITS_CHECKED, serve_trees, tree_options, trees  # noqa: E402
 
 _USER = "Could you tell me more about the weather in spring along the coast, and what to pack?"
 _ASSISTANT = (
@@ -92,37 +92,21 @@ async def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database", choices=("postgresql", "sqlite"), default="sqlite")
+    tree_options(parser)
     parser.add_argument("--history", default="0,10,50,100", help="earlier turns, comma-separated")
     parser.add_argument("--turns", type=int, default=40, help="requests per path and size")
     parser.add_argument("--blocks", type=int, default=4, help="alternated blocks per size")
-    parser.add_argument("--baseline", type=Path, default=None, help="another checkout (before)")
-    parser.add_argument("--out", default=None, help="results name")
     args = parser.parse_args()
     sizes = [int(size) for size in args.history.split(",")]
-    trees = {"service": ROOT, **({"baseline": args.baseline} if args.baseline else {})}
+    served = trees(args)
     with tempfile.TemporaryDirectory() as logs, ExitStack() as stack:
         stub = stack.enter_context(offline_model(Path(logs)))
-        urls = {}
-        for name, tree in trees.items():
-            url = stack.enter_context(database(args.database, Path(logs), name))
-            urls[name], _pid = stack.enter_context(
-                service(
-                    url,
-                    Path(logs),
-                    root=tree,
-                    name=name,
-                    LLM_BASE_URL=stub,
-                    LLM_API_KEY="unused",
-                    LLM_MODEL=OFFLINE_MODEL_NAME,
-                    **LIMITS_CHECKED,
-                )
-            )
+        urls = serve_trees(stack, args.database, Path(logs), served, stub, **LIMITS_CHECKED)
         samples = asyncio.run(measure(urls, sizes, args.turns, args.blocks))
     figures: dict[str, object] = {
         "setup": f"POST /openai/v1/chat/completions streamed, {args.database}, offline model "
         "standalone (delay 0); every request's last message is new",
-        "trees": {name: str(tree) for name, tree in trees.items()},
+        "trees": {name: str(tree) for name, tree in served.items()},
     }
     for size, paths in samples.items():
         figures[f"history={size}"] = {name: summary(values) for name, values in paths.items()}

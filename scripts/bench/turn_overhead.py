@@ -324,6 +324,49 @@ def database(kind: str, directory: Path, name: str) -> Iterator[str]:
         yield url
 
 
+def tree_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a benchmark that serves this tree and, with `--baseline`, another one."""
+    parser.add_argument("--database", choices=("postgresql", "sqlite"), default="sqlite")
+    parser.add_argument("--baseline", type=Path, default=None, help="another checkout (before)")
+    parser.add_argument("--out", default=None, help="results name")
+
+
+def trees(args: argparse.Namespace) -> dict[str, Path]:
+    """`service` (this tree) and, with `--baseline`, `baseline`."""
+    return {"service": ROOT, **({"baseline": args.baseline} if args.baseline else {})}
+
+
+def serve_trees(
+    stack: ExitStack,
+    kind: str,
+    logs: Path,
+    trees: dict[str, Path],
+    stub: str,
+    *,
+    workers: int = 1,
+    **settings: str,
+) -> dict[str, str]:
+    """Each code tree served by uvicorn on a private database of `kind`, its model the stub;
+    their URLs by name (the processes end with `stack`)."""
+    urls = {}
+    for name, tree in trees.items():
+        url = stack.enter_context(database(kind, logs, name))
+        urls[name], _pid = stack.enter_context(
+            service(
+                url,
+                logs,
+                root=tree,
+                name=name,
+                workers=workers,
+                LLM_BASE_URL=stub,
+                LLM_API_KEY="unused",
+                LLM_MODEL=OFFLINE_MODEL_NAME,
+                **settings,
+            )
+        )
+    return urls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database", choices=("postgresql", "sqlite"), default="postgresql")
@@ -380,21 +423,11 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as logs, ExitStack() as stack:
         stub = stack.enter_context(offline_model(Path(logs)))
-        urls = {}
+        urls: dict[str, str] = {}
         for name, tree in trees.items():
-            url = stack.enter_context(database(args.database, Path(logs), name))
-            urls[name], _pid = stack.enter_context(
-                service(
-                    url,
-                    Path(logs),
-                    root=tree,
-                    name=name,
-                    workers=args.workers,
-                    LLM_BASE_URL=stub,
-                    LLM_API_KEY="unused",
-                    LLM_MODEL=OFFLINE_MODEL_NAME,
-                    **(LIMITS_OFF if name == "no_limits" else LIMITS_CHECKED),
-                )
+            limits = LIMITS_OFF if name == "no_limits" else LIMITS_CHECKED
+            urls |= serve_trees(
+                stack, args.database, Path(logs), {name: tree}, stub, workers=args.workers, **limits
             )
         if args.pgbouncer:
             if args.database != "postgresql":
