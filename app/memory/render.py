@@ -107,11 +107,12 @@ class WithheldEntries:
         return len(self._seen)
 
     def digest(self, entry: str, owner: str = "") -> bytes:
-        owned = owner.encode()
+        # "surrogatepass": any str has bytes here, whatever a database handed over.
+        owned = owner.encode("utf-8", "surrogatepass")
         # The owner's length first: no (owner, entry) pair reads as another.
         hashed = hashlib.blake2b(len(owned).to_bytes(4, "big"), key=self._key, digest_size=16)
         hashed.update(owned)
-        hashed.update(entry.encode())
+        hashed.update(entry.encode("utf-8", "surrogatepass"))
         return hashed.digest()
 
     def of(self, owner: str) -> Withheld:

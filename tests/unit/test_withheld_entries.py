@@ -25,6 +25,7 @@ ENTRIES = [
     "Caf\u0065\u0301 is not in normal form",
     "",
     "Lives in Lisbon [since 2019] <near the river>.",
+    "a lone surrogate \udc00 in text",
 ]
 
 
