@@ -6,9 +6,11 @@ propagate: the routes answer them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 
@@ -27,6 +29,9 @@ from app.memory.provenance import (
 from app.memory.rules import Snapshot
 from app.operators.subjects import export_for_subject
 from app.telemetry.sensitive import register_memory, register_sensitive
+
+Row = TypeVar("Row")
+Key = TypeVar("Key")
 
 # Rows an export reads at once (EXPORT_PAGE_ROWS); its memory is bounded by a page, whatever the
 # transcript's size.
@@ -146,15 +151,22 @@ class MemoryControl:
             entries = history.page(connection, user_id, limit=self.page_rows, before=before)
         return _registered_entries(entries or [])
 
-    async def export_history(self, user_id: str) -> AsyncIterator[HistoryEntry]:
+    async def _pages(
+        self, read: Callable[[Key | None], list[Row]], key: Callable[[Row], Key]
+    ) -> AsyncGenerator[Row, None]:
+        """Every row `read` returns, a page at a time, each page read after the key of the
+        previous one's last row. A short page is the last: no query for an empty one."""
+        after: Key | None = None
+        while page := await to_thread(read, after):
+            for row in page:
+                yield row
+            if len(page) < self.page_rows:
+                return
+            after = key(page[-1])
+
+    def export_history(self, user_id: str) -> AsyncGenerator[HistoryEntry, None]:
         """Every change, newest first, a page at a time."""
-        before: str | None = None
-        while entries := await to_thread(self._history_page, user_id, before):
-            for entry in entries:
-                yield entry
-            if len(entries) < self.page_rows:
-                return  # a short page is the last: no query for an empty one
-            before = entries[-1].id
+        return self._pages(partial(self._history_page, user_id), lambda entry: entry.id)
 
     def _conversations_page(self, user_id: str, after: str | None) -> list[Conversation]:
         with self.engine.connect() as connection:
@@ -162,14 +174,8 @@ class MemoryControl:
                 connection, user_id, after=after, limit=self.page_rows
             )
 
-    async def export_conversations(self, user_id: str) -> AsyncIterator[Conversation]:
-        after: str | None = None
-        while page := await to_thread(self._conversations_page, user_id, after):
-            for conversation in page:
-                yield conversation
-            if len(page) < self.page_rows:
-                return
-            after = page[-1].id
+    def export_conversations(self, user_id: str) -> AsyncGenerator[Conversation, None]:
+        return self._pages(partial(self._conversations_page, user_id), lambda talk: talk.id)
 
     def _messages_page(
         self, conversation_id: str, after: int | None
@@ -183,10 +189,7 @@ class MemoryControl:
         """One conversation's messages, oldest first, a page at a time. Their text is not
         registered as sensitive (that registry would then grow with the transcript): an export
         writes it to its response alone, never to telemetry."""
-        after: int | None = None
-        while page := await to_thread(self._messages_page, conversation.id, after):
-            for _id, message in page:
+        pages = self._pages(partial(self._messages_page, conversation.id), lambda row: row[0])
+        async with aclosing(pages) as rows:
+            async for _id, message in rows:
                 yield message
-            if len(page) < self.page_rows:
-                return
-            after = page[-1][0]
