@@ -16,9 +16,7 @@ import asyncio
 import json
 import re
 import sys
-import tempfile
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -26,8 +24,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from scripts.bench._common import summary, write_results  # noqa: E402
-from scripts.bench._processes import dev_token, offline_model  # noqa: E402
-from scripts.bench.turn_overhead import LIMITS_CHECKED, serve_trees, tree_options, trees  # noqa: E402
+from scripts.bench._processes import dev_token  # noqa: E402
+from scripts.bench.turn_overhead import LIMITS_CHECKED, serving, tree_options, trees  # noqa: E402
 
 _START = re.compile(rb"event: start\r?\ndata: (.*)\r?\n")
 
@@ -72,26 +70,20 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=200, help="turns per conversation")
     parser.add_argument("--block", type=int, default=25, help="turns per path before the next")
     args = parser.parse_args()
-    served = trees(args)
-    with tempfile.TemporaryDirectory() as logs, ExitStack() as stack:
-        stub = stack.enter_context(offline_model(Path(logs)))
-        urls = serve_trees(stack, args.database, Path(logs), served, stub, **LIMITS_CHECKED)
+    with serving(args, **LIMITS_CHECKED) as urls:
         samples = asyncio.run(measure(urls, args.turns, args.block))
     figures: dict[str, object] = {
         "setup": f"POST /v1/chat continuing one conversation per path, {args.database}, offline "
         "model standalone (delay 0), every message new",
-        "trees": {name: str(tree) for name, tree in served.items()},
+        "trees": {name: str(tree) for name, tree in trees(args).items()},
     }
     # The first turns, before the history window fills, and the turns after it.
     full = 21
     for name, values in samples.items():
-        figures[name] = {
-            "first_turns": summary(values[:full]),
-            "later_turns": summary(values[full:]),
-        }
+        first, later = summary(values[:full]), summary(values[full:])
+        figures[name] = {"first_turns": first, "later_turns": later}
         print(
-            f"{name}: turns 1-{full} p50 {summary(values[:full])['p50_ms']} ms, "
-            f"later p50 {summary(values[full:])['p50_ms']} ms",
+            f"{name}: turns 1-{full} p50 {first['p50_ms']} ms, later p50 {later['p50_ms']} ms",
             flush=True,
         )
     name = args.out or f"conversation_turns_{args.database}"

@@ -15,9 +15,7 @@ import asyncio
 import json
 import re
 import sys
-import tempfile
 import time
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +24,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from scripts.bench._common import summary, write_results  # noqa: E402
-from scripts.bench._processes import dev_token, offline_model  # noqa: E402
-from scripts.bench.turn_overhead import LIMITS_OFF, serve_trees, tree_options, trees  # noqa: E402
+from scripts.bench._processes import dev_token  # noqa: E402
+from scripts.bench.turn_overhead import LIMITS_OFF, serving, tree_options, trees  # noqa: E402
 
 _START = re.compile(r"event: start\r?\ndata: (.*)\r?\n")
 
@@ -76,17 +74,14 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=300)
     parser.add_argument("--downloads", type=int, default=20, help="downloads per service")
     args = parser.parse_args()
-    served = trees(args)
-    with tempfile.TemporaryDirectory() as logs, ExitStack() as stack:
-        stub = stack.enter_context(offline_model(Path(logs)))
-        urls = serve_trees(stack, args.database, Path(logs), served, stub, **LIMITS_OFF)
+    with serving(args, **LIMITS_OFF) as urls:
         figures = asyncio.run(measure(urls, args.conversations, args.downloads))
     for name, values in figures.items():
         print(f"{name}: p50 {values['p50_ms']} ms for {values['bytes']} bytes", flush=True)
     result = {
         "setup": f"GET /v1/memory/export, {args.database}, {args.conversations} conversations "
         "(three of 61 turns), 100 memory changes",
-        "trees": {name: str(tree) for name, tree in served.items()},
+        "trees": {name: str(tree) for name, tree in trees(args).items()},
         "downloads": figures,
     }
     print(f"results written to {write_results(args.out or f'export_{args.database}', result)}")

@@ -16,9 +16,7 @@ import argparse
 import asyncio
 import itertools
 import sys
-import tempfile
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -27,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.offline.wire import OFFLINE_MODEL_NAME  # noqa: E402
 from scripts.bench._common import summary, write_results  # noqa: E402
-from scripts.bench._processes import dev_token, offline_model  # noqa: E402
-from scripts.bench.turn_overhead import LIMITS_CHECKED, serve_trees, tree_options, trees  # noqa: E402
+from scripts.bench._processes import dev_token  # noqa: E402
+from scripts.bench.turn_overhead import LIMITS_CHECKED, serving, tree_options, trees  # noqa: E402
 
 _USER = "Could you tell me more about the weather in spring along the coast, and what to pack?"
 _ASSISTANT = (
@@ -98,15 +96,12 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=4, help="alternated blocks per size")
     args = parser.parse_args()
     sizes = [int(size) for size in args.history.split(",")]
-    served = trees(args)
-    with tempfile.TemporaryDirectory() as logs, ExitStack() as stack:
-        stub = stack.enter_context(offline_model(Path(logs)))
-        urls = serve_trees(stack, args.database, Path(logs), served, stub, **LIMITS_CHECKED)
+    with serving(args, **LIMITS_CHECKED) as urls:
         samples = asyncio.run(measure(urls, sizes, args.turns, args.blocks))
     figures: dict[str, object] = {
         "setup": f"POST /openai/v1/chat/completions streamed, {args.database}, offline model "
         "standalone (delay 0); every request's last message is new",
-        "trees": {name: str(tree) for name, tree in served.items()},
+        "trees": {name: str(tree) for name, tree in trees(args).items()},
     }
     for size, paths in samples.items():
         figures[f"history={size}"] = {name: summary(values) for name, values in paths.items()}

@@ -367,6 +367,15 @@ def serve_trees(
     return urls
 
 
+@contextmanager
+def serving(args: argparse.Namespace, **settings: str) -> Iterator[dict[str, str]]:
+    """`trees(args)` served on private `--database` databases, their model the offline model
+    served standalone; their URLs by name, until the block ends."""
+    with tempfile.TemporaryDirectory() as logs, ExitStack() as stack:
+        stub = stack.enter_context(offline_model(Path(logs)))
+        yield serve_trees(stack, args.database, Path(logs), trees(args), stub, **settings)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database", choices=("postgresql", "sqlite"), default="postgresql")
