@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import Engine
 
 from tests.support.databases import mariadb_database, migrated_engine, postgres_database, wipe
+from tests.support.mariadb_servers import private_mariadb
 from tests.support.postgres_servers import pgbouncer
 from tests.support.server import settle
 
@@ -112,6 +113,15 @@ def mariadb_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def own_mariadb_url() -> Iterator[str]:
+    """A database on a MariaDB server this session started (tests/support/mariadb_servers.py),
+    for the tests that set the server's global variables: the shared server keeps its own."""
+    with private_mariadb() as admin_url, mariadb_database(admin_url) as url:
+        migrated_engine(url).dispose()
+        yield url
+
+
+@pytest.fixture(scope="session")
 def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = Path(tmp_path_factory.mktemp("sqlite")) / "test.db"
     url = f"sqlite:///{path}"
@@ -127,8 +137,12 @@ def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     ]
 )
 def db_url(request: pytest.FixtureRequest) -> str:
-    """Each database-facing test runs on SQLite, PostgreSQL and MariaDB."""
-    return str(request.getfixturevalue(f"{request.param}_url"))
+    """Each database-facing test runs on SQLite, PostgreSQL and MariaDB (a test marked
+    `own_mariadb` on a MariaDB server of the session's own)."""
+    name = str(request.param)
+    if name == "mariadb" and request.node.get_closest_marker("own_mariadb") is not None:
+        name = "own_mariadb"
+    return str(request.getfixturevalue(f"{name}_url"))
 
 
 @pytest.fixture

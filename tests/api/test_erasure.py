@@ -43,7 +43,7 @@ from tests.support.tokens import TEST_DEV_SECRET, dev_auth
 from tests.support.waiting import wait_for
 
 # On MariaDB these read and set server-wide variables (tests/support/erasure.py).
-pytestmark = pytest.mark.serial(when="mariadb")
+pytestmark = pytest.mark.own_mariadb  # sets MariaDB globals: on a server of its own
 
 
 def subject() -> str:

@@ -29,7 +29,7 @@ from tests.support.server import live_server
 from tests.support.tokens import dev_auth
 
 # On MariaDB these read and set server-wide variables (tests/support/erasure.py).
-pytestmark = pytest.mark.serial(when="mariadb")
+pytestmark = pytest.mark.own_mariadb  # sets MariaDB globals: on a server of its own
 
 
 @pytest.fixture

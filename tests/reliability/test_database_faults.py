@@ -3,7 +3,7 @@ connections during a run, the server itself restarted, privileges revoked on `ag
 
 The service connects as an ordinary login role (`support.app_role`), so the harness, as
 superuser, can take the database away from it and give it back; one test stops and starts
-the server itself. Every fault must leave turns answering (status `unavailable` where memory
+a server of its own. Every fault must leave turns answering (status `unavailable` where memory
 could not be read), commit no partial batch, and heal without a restart once the database is
 back.
 """
@@ -11,7 +11,6 @@ back.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ from tests.reliability.pairs import (
 from tests.reliability.support import AppRole, TurnOutcome, app_role, run_turn
 from tests.support.apps import api_settings
 from tests.support.databases import migrated_engine, postgres_database, stored, wipe
+from tests.support.postgres_servers import Cluster, private_server
 from tests.support.server import live_server
 from tests.support.tokens import dev_auth
 from tests.support.waiting import wait_for
@@ -207,48 +207,49 @@ def test_the_superuser_engine_is_not_the_service_role(service: Faulty) -> None:
     assert httpx.get(f"{service.url}/readyz", timeout=10).status_code == 200
 
 
-def _cluster(action: str) -> None:
-    """Stop or start the PostgreSQL server itself, the way `.ci/run` starts it."""
-    version = sorted(os.listdir("/etc/postgresql"))[0]
-    subprocess.run(
-        [
-            "pg_ctlcluster",
-            "--skip-systemctl-redirect",
-            version,
-            "main",
-            action,
-            *(["-m", "fast"] if action == "stop" else []),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+@dataclass
+class OwnServer:
+    url: str  # the service
+    engine: Engine  # superuser engine, to read what was stored
+    cluster: Cluster  # the server of this test alone, which it stops and starts
 
 
-def _server_answers() -> bool:
-    return (
-        subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"], timeout=10).returncode
-        == 0
-    )
+@pytest.fixture
+def own_server() -> Iterator[OwnServer]:
+    """A service on a PostgreSQL server of its own: stopping the shared server would drop
+    every other test's and client's connections."""
+    with private_server("restarted") as cluster:
+        engine = migrated_engine(cluster.url("restarted"))
+        with app_role(cluster.url("restarted")) as role:
+            settings = api_settings(role.url, log_level="ERROR", turn_timeout_seconds=60)
+            app = create_app(settings, model_transport=PairModelTransport())
+            with live_server(app) as url:
+                yield OwnServer(url, engine, cluster)
+        engine.dispose()
 
 
-@pytest.mark.serial  # the PostgreSQL server every other test uses goes down
-def test_a_database_server_restart_degrades_turns_and_heals(service: Faulty) -> None:
+def _server_answers(cluster: Cluster) -> bool:
+    port = str(cluster.port)
+    return subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", port]).returncode == 0
+
+
+def test_a_database_server_restart_degrades_turns_and_heals(own_server: OwnServer) -> None:
     """The PostgreSQL server itself goes down during a run and comes back: while it is down,
     turns still answer with status `unavailable`, the tool tells the model nothing can be
     saved, nothing is committed and readiness is 503; once it is back the same process (no
     restart of the service) is ready again and commits."""
+    service, cluster = own_server, own_server.cluster
     before = pair_turn(service.url, "restart-0", "rs-before")
     assert before.memory_status == "available" and before.committed, before
 
-    _cluster("stop")
+    cluster.stop()
     try:
-        wait_for(lambda: not _server_answers(), "the server to stop")
+        wait_for(lambda: not _server_answers(cluster), "the server to stop")
         during = {key: pair_turn(service.url, "restart-0", key) for key in ("rs1", "rs2", "rs3")}
         ready = httpx.get(f"{service.url}/readyz", timeout=30)
     finally:
-        _cluster("start")
-        wait_for(_server_answers, "the server to start again", seconds=60)
+        cluster.start()
+        wait_for(lambda: _server_answers(cluster), "the server to start again", seconds=60)
 
     for key, outcome in during.items():
         assert outcome.answered and outcome.error is None, (key, outcome)

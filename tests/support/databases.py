@@ -62,9 +62,9 @@ def postgres_database() -> Iterator[str]:
 
 
 @contextmanager
-def mariadb_database() -> Iterator[str]:
+def mariadb_database(admin_url: str = MARIADB_ADMIN_URL) -> Iterator[str]:
     name = _unique_name()
-    admin = create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     try:
         with admin.connect() as connection:
             # The server's default character set and collation (case- and accent-insensitive
@@ -73,9 +73,9 @@ def mariadb_database() -> Iterator[str]:
             connection.execute(text(f"CREATE DATABASE `{name}`"))
     except Exception as error:  # pragma: no cover
         raise RuntimeError(
-            f"MariaDB is not reachable at {MARIADB_ADMIN_URL}: start it (scripts/test does)"
+            f"MariaDB is not reachable at {admin_url}: start it (scripts/test does)"
         ) from error
-    url = MARIADB_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}?charset=utf8mb4"
+    url = admin_url.rsplit("/", 1)[0] + f"/{name}?charset=utf8mb4"
     try:
         yield url
     finally:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Engine, inspect, text
+from sqlalchemy import URL, Engine, inspect, make_url, text
 
 from app.conversations import repository as transcripts
 from app.db.schema import conversation_messages, owner_token, postgres_owner_lexeme
@@ -17,6 +17,7 @@ from app.memory.projects import Scope
 from app.memory.provenance import Provenance
 from app.memory.rules import Operation
 from app.memory.service import MemoryService
+from tests.support.databases import MARIADB_ADMIN_URL
 
 # Needles are the tail of each planted value: FTS5 stores a term after the prefix it shares with
 # the term before it, so only a sentinel's random tail is sure to be stored whole.
@@ -186,12 +187,23 @@ def _rows(engine: Engine) -> Iterator[tuple[str, str]]:
         connection.rollback()
 
 
+def refuse_shared_server(url: URL) -> None:
+    """Global variables are set only on a server a test started (the `own_mariadb` mark): the
+    shared server on MARIADB_ADMIN_URL serves every other test and client."""
+    shared = make_url(MARIADB_ADMIN_URL)
+    if (url.host, url.port or 3306) == (shared.host, shared.port or 3306):
+        raise AssertionError(
+            "this sets a MariaDB global variable: mark the test `own_mariadb` (tests/conftest.py)"
+        )
+
+
 def _innodb_fulltext(connection: object) -> Iterator[tuple[str, str]]:
     """The words InnoDB's FULLTEXT index holds (its cache and its auxiliary tables), readable
     through INFORMATION_SCHEMA once `innodb_ft_aux_table` names the table."""
     from sqlalchemy import Connection
 
     assert isinstance(connection, Connection)
+    refuse_shared_server(connection.engine.url)
     database = connection.exec_driver_sql("SELECT DATABASE()").scalar()
     connection.exec_driver_sql(
         f"SET GLOBAL innodb_ft_aux_table = '{database}/{conversation_messages.name}'"
@@ -217,6 +229,7 @@ def fulltext_optimizable(engine: Engine) -> Iterator[None]:
     if engine.dialect.name not in ("mysql", "mariadb"):
         yield
         return
+    refuse_shared_server(engine.url)
     with engine.connect() as connection:
         before = connection.exec_driver_sql(
             "SELECT @@GLOBAL.innodb_optimize_fulltext_only"

@@ -1,5 +1,6 @@
-"""Test-owned PostgreSQL servers on loopback: a PgBouncer in transaction mode, and a throwaway
-primary with a synchronous hot standby that a test may crash and promote.
+"""Test-owned PostgreSQL servers on loopback: a PgBouncer in transaction mode, a throwaway
+server a test may stop and start, and a throwaway primary with a synchronous hot standby that a
+test may crash and promote.
 
 Both run Debian's packages (`scripts/services` installs them) as the `postgres` user, in a
 private temporary directory, on free ports, and are stopped by the pid they wrote: the shared
@@ -224,6 +225,43 @@ class Cluster:
         return f"postgresql+psycopg://{POSTGRES_USER}@127.0.0.1:{self.port}/{database}"
 
 
+def _initdb(cluster: Cluster) -> None:
+    run(
+        [
+            str(PG_BIN / "initdb"),
+            "-D",
+            str(cluster.data),
+            "-U",
+            POSTGRES_USER,
+            "-A",
+            "trust",
+            "--no-sync",
+            "--no-instructions",
+        ]
+    )
+
+
+@contextmanager
+def private_server(database: str) -> Iterator[Cluster]:
+    """A fresh server of its own with `database` created, for a test that stops and starts a
+    server: the shared one on 5432 serves every other test and client, and stays up."""
+    with private_directory("pg-own-") as folder:
+        cluster = Cluster("own", folder / "data", free_port(), folder / "server.log")
+        _initdb(cluster)
+        with (cluster.data / "postgresql.conf").open("a") as conf:
+            conf.write(
+                f"listen_addresses = '127.0.0.1'\nport = {cluster.port}\n"
+                f"unix_socket_directories = '{folder}'\nfsync = off\nshared_buffers = 16MB\n"
+            )
+        try:
+            cluster.start()
+            cluster.sql(f'CREATE DATABASE "{database}"')
+            yield cluster
+        finally:
+            with contextlib.suppress(RuntimeError):
+                cluster.stop()
+
+
 def primary_settings(port: int, socket_dir: Path) -> str:
     """postgresql.conf additions of the primary (the standby's differ below). Once the
     standby streams, the primary also gets `synchronous_standby_names = 'standby1'`: a commit
@@ -293,19 +331,7 @@ def primary_and_standby(database: str) -> Iterator[Pair]:
     with private_directory("pg-pair-") as folder:
         primary = Cluster("primary", folder / "primary", free_port(), folder / "primary.log")
         standby = Cluster("standby", folder / "standby", free_port(), folder / "standby.log")
-        run(
-            [
-                str(PG_BIN / "initdb"),
-                "-D",
-                str(primary.data),
-                "-U",
-                POSTGRES_USER,
-                "-A",
-                "trust",
-                "--no-sync",
-                "--no-instructions",
-            ]
-        )
+        _initdb(primary)
         with (primary.data / "postgresql.conf").open("a") as conf:
             conf.write(primary_settings(primary.port, folder))
         try:
