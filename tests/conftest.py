@@ -1,9 +1,8 @@
 """Shared fixtures: real databases, network guard. See tests/support for the helpers.
 
-scripts/test runs the suite in two parts: everything but the `serial` tests on two pytest-xdist
-workers, then the `serial` tests alone (`--serial-only`). A `serial` test changes what the whole
-database server shares (the server itself stopped, a global variable), which would break or
-mislead the tests running beside it. Plain `pytest` runs everything, in one process.
+Every test runs beside others (scripts/test: two pytest-xdist workers) and beside whatever else
+uses the machine's PostgreSQL and MariaDB: a test that stops a server or sets a global variable
+does it on a server of its own (tests/unit/test_serial_marks.py holds the suite to that).
 """
 
 from __future__ import annotations
@@ -22,42 +21,6 @@ from tests.support.databases import mariadb_database, migrated_engine, postgres_
 from tests.support.mariadb_servers import private_mariadb
 from tests.support.postgres_servers import pgbouncer
 from tests.support.server import settle
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--serial-only",
-        action="store_true",
-        help="run only the tests marked serial (scripts/test: after the parallel part)",
-    )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("--serial-only") and config.getoption("numprocesses", default=None):
-        raise pytest.UsageError("--serial-only runs the serial tests alone: not with -n")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, leave the `serial` tests out; with --serial-only, keep only them."""
-    only_serial = bool(config.getoption("--serial-only"))
-    in_worker = hasattr(config, "workerinput")
-    if not only_serial and not in_worker:
-        return
-    kept, left_out = [], []
-    for item in items:
-        (kept if _serial(item) == only_serial else left_out).append(item)
-    if left_out:
-        config.hook.pytest_deselected(items=left_out)
-        items[:] = kept
-
-
-def _serial(item: pytest.Item) -> bool:
-    """Marked `serial`; `serial(when="mariadb")` only for the variants that carry that mark."""
-    marker = item.get_closest_marker("serial")
-    if marker is None:
-        return False
-    when = marker.kwargs.get("when")
-    return when is None or item.get_closest_marker(when) is not None
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)

@@ -22,11 +22,13 @@ from app.memory.rules import Snapshot
 from app.memory.service import MemoryService
 from tests.support.postgres_servers import pooler_for
 
+# The databases every server has from its installation: the tests only create (and drop) a
+# private database of their own there, so the servers need nothing made for them by hand.
 PG_ADMIN_URL = os.environ.get(
-    "TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    "TEST_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
 MARIADB_ADMIN_URL = os.environ.get(
-    "TEST_MARIADB_ADMIN_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
+    "TEST_MARIADB_ADMIN_URL", "mysql+pymysql://root@127.0.0.1:3306/mysql"
 )
 
 
@@ -43,7 +45,9 @@ def postgres_database() -> Iterator[str]:
             connection.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as error:  # pragma: no cover - environment problem, reported loudly
         raise RuntimeError(
-            f"PostgreSQL is not reachable at {PG_ADMIN_URL}: start it (scripts/test does)"
+            f"could not create a test database through {PG_ADMIN_URL} "
+            f"({type(error).__name__}: {error}); scripts/services starts the server when it "
+            "is down, TEST_PG_ADMIN_URL names another"
         ) from error
     url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
     try:
@@ -73,7 +77,9 @@ def mariadb_database(admin_url: str = MARIADB_ADMIN_URL) -> Iterator[str]:
             connection.execute(text(f"CREATE DATABASE `{name}`"))
     except Exception as error:  # pragma: no cover
         raise RuntimeError(
-            f"MariaDB is not reachable at {admin_url}: start it (scripts/test does)"
+            f"could not create a test database through {admin_url} "
+            f"({type(error).__name__}: {error}); scripts/services starts the server when it "
+            "is down, TEST_MARIADB_ADMIN_URL names another"
         ) from error
     url = admin_url.rsplit("/", 1)[0] + f"/{name}?charset=utf8mb4"
     try:

@@ -47,7 +47,7 @@ def _answers(admin_url: str) -> bool:
 
 @contextmanager
 def private_mariadb() -> Iterator[str]:
-    """A fresh MariaDB server of its own; yields an admin URL (root, database `test`)."""
+    """A fresh MariaDB server of its own; yields an admin URL (root)."""
     folder = Path(tempfile.mkdtemp(prefix="mariadb-own-"))
     port = free_port()
     data = folder / "data"
@@ -87,11 +87,7 @@ def private_mariadb() -> Iterator[str]:
     admin = f"mysql+pymysql://root@127.0.0.1:{port}/mysql"
     try:
         wait_for(lambda: _answers(admin), "the private MariaDB server to answer", seconds=120)
-        engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-        with engine.connect() as connection:
-            connection.execute(text("CREATE DATABASE test"))
-        engine.dispose()
-        yield f"mysql+pymysql://root@127.0.0.1:{port}/test"
+        yield admin
     finally:
         server.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
