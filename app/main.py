@@ -103,6 +103,8 @@ def create_app(
         metrics,
         web,
     ):
+        if module is metrics and not (settings or get_settings()).metrics_on_main_port:
+            continue  # served by the private listener alone (METRICS_PORT)
         app.include_router(module.router)
     # The MCP server (Streamable HTTP: POST, and GET/DELETE that a stateless server refuses).
     app.router.routes.append(

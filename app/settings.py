@@ -145,9 +145,18 @@ class Settings(BaseSettings):
     eval_turns_per_minute: int = Field(default=600, ge=0, le=1_000_000)
     limit_check_timeout_seconds: float = Field(default=1.0, ge=0.05, le=60)
 
-    # Metrics: GET /metrics, and on its own port when METRICS_PORT is set
+    # Metrics: GET /metrics on the main port, or on a private listener when METRICS_PORT is set
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
-    metrics_host: str = "0.0.0.0"  # noqa: S104 - a scrape target is reached from outside
+    # Loopback unless an operator opens it: the listener exists to keep the exposition private.
+    metrics_host: str = "127.0.0.1"
+    # Whether the main port serves GET /metrics too; unset: only while there is no METRICS_PORT.
+    metrics_public: bool | None = None
+
+    @property
+    def metrics_on_main_port(self) -> bool:
+        if self.metrics_public is not None:
+            return self.metrics_public
+        return self.metrics_port is None
 
     # Telemetry
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
@@ -191,6 +200,7 @@ class Settings(BaseSettings):
         "telemetry_hash_key",
         "erasure_hash_key",
         "metrics_port",
+        "metrics_public",
         "db_pool_size",
         mode="before",
     )

@@ -232,16 +232,38 @@ def test_a_turns_bookkeeping_is_in_place_before_the_client_asks_for_it(
 
 
 def test_metrics_are_served_on_their_own_port(engine: Engine, db_url: str) -> None:
-    """With METRICS_PORT, the same exposition is served on that port by its own listener
-    (which stops with the app), so it need not be public."""
+    """With METRICS_PORT, the exposition is served on that port by its own listener, bound to
+    loopback unless the operator says otherwise, and no longer on the public port (which stops
+    with the app), so it is private."""
     port = free_port()
-    with server(db_url, metrics_port=port, metrics_host="127.0.0.1") as url:
+    with server(db_url, metrics_port=port) as url:
         post_chat(url, dev_auth("port-user"), {"message": "hello"})
         own = httpx.get(f"http://127.0.0.1:{port}/metrics")
         assert own.status_code == 200
         assert "amem_turns_total" in own.text
+        assert httpx.get(f"{url}/metrics").status_code == 404
     try:
         httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
     except httpx.TransportError:
         return
     raise AssertionError("the metrics listener outlived its app")
+
+
+def test_the_metrics_listener_binds_loopback_unless_opened() -> None:
+    """A private listener is private by default: METRICS_HOST defaults to loopback, and the
+    public port keeps /metrics only while there is no private listener, or when asked."""
+    settings = api_settings("sqlite://")
+    assert settings.metrics_host == "127.0.0.1"
+    assert settings.metrics_on_main_port
+    with_port = settings.model_copy(update={"metrics_port": 9464})
+    assert not with_port.metrics_on_main_port
+    assert with_port.model_copy(update={"metrics_public": True}).metrics_on_main_port
+    assert not settings.model_copy(update={"metrics_public": False}).metrics_on_main_port
+
+
+def test_metrics_public_keeps_the_exposition_on_both_ports(engine: Engine, db_url: str) -> None:
+    """METRICS_PUBLIC=true serves /metrics on the main port beside the private listener."""
+    port = free_port()
+    with server(db_url, metrics_port=port, metrics_public=True) as url:
+        assert httpx.get(f"{url}/metrics").status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 200
