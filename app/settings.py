@@ -254,13 +254,20 @@ class Settings(BaseSettings):
     def offline_model(self) -> bool:
         return self.llm_base_url is None
 
-    def with_dev_secret(self) -> Settings:
-        """In dev mode without a configured secret, use (or create) one kept in a local file."""
+    def with_dev_secret(self, *, create: bool = True) -> Settings:
+        """In dev mode without a configured secret, use (or create) one kept in a local file.
+        Without `create`, a missing file is an error: a token signed with a new key would be
+        refused by the server that holds the old one."""
         if self.auth_mode != "dev" or self.auth_dev_secret is not None:
             return self
         path = self.auth_dev_secret_file
         if path.exists():
             value = path.read_text().strip()
+        elif not create:
+            raise SettingsError(
+                f"no dev signing key at {path.resolve()}: run this where the server runs (its "
+                "working directory holds it), or set AUTH_DEV_SECRET_FILE to the server's file"
+            )
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             value = secrets.token_urlsafe(48)
@@ -272,13 +279,14 @@ class Settings(BaseSettings):
 
 
 def describe_errors(error: ValidationError) -> str:
-    """One line per offending setting, named as its environment variable."""
+    """One line per offending setting, named as its environment variable (each line after a
+    newline, so that the first follows "Invalid settings:")."""
     lines = []
     for item in error.errors():
         name = "_".join(str(part) for part in item.get("loc", ())).upper()
         message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
         lines.append(f"{name}: {message}" if name else message)
-    return "; ".join(lines)
+    return "".join(f"\n  {line}" for line in lines)
 
 
 def load_settings(**overrides: Any) -> Settings:
@@ -286,7 +294,7 @@ def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as error:
-        raise SettingsError(f"Invalid settings: {describe_errors(error)}") from None
+        raise SettingsError(f"Invalid settings:{describe_errors(error)}") from None
 
 
 @lru_cache

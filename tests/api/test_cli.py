@@ -73,7 +73,8 @@ def test_every_command_has_help(args: list[str], tmp_path: Path) -> None:
 
 def test_migrate_flags_and_token(tmp_path: Path) -> None:
     """migrate brings the database to head; flags set/get round-trip through the database;
-    token prints a dev token that verifies with the generated secret."""
+    token prints a dev token that verifies with the server's secret."""
+    (tmp_path / "dev-secret").write_text("s" * 48 + "\n")  # what `serve` made here
     migrated = run_cli(tmp_path, "migrate")
     assert migrated.returncode == 0, migrated.stderr
     assert str(head_revision()) in migrated.stdout
@@ -287,3 +288,35 @@ def test_serve_bounds_the_shutdown_grace_of_open_streams(
     finally:
         get_settings.cache_clear()
     assert served["timeout_graceful_shutdown"] == SHUTDOWN_GRACE_SECONDS > 0
+
+
+def test_token_outside_the_servers_directory_makes_no_key_and_says_where(tmp_path: Path) -> None:
+    """`token` run where there is no dev signing key fails, naming the file it looked for,
+    and creates none: a token signed with a new key would be refused by the server."""
+    environment = _environment(tmp_path)
+    del environment["AUTH_DEV_SECRET_FILE"]  # the default, relative to the working directory
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "token", "--sub", "alice"],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout
+    assert done.stdout == ""
+    assert str(tmp_path / "data" / "dev-secret") in done.stderr
+    assert "AUTH_DEV_SECRET_FILE" in done.stderr
+    assert not (tmp_path / "data").exists()
+
+
+def test_invalid_settings_are_reported_one_line_per_problem(tmp_path: Path) -> None:
+    """Two invalid settings: the command stops with a first line, then one line for each."""
+    done = run_cli(tmp_path, "flags", "get", MAX_MESSAGE_CHARS="0", AUTH_MODE="nope")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines[0] == "error: Invalid settings:"
+    assert sorted(line.split(":")[0].strip() for line in lines[1:]) == [
+        "AUTH_MODE",
+        "MAX_MESSAGE_CHARS",
+    ]
