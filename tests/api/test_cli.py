@@ -320,3 +320,43 @@ def test_invalid_settings_are_reported_one_line_per_problem(tmp_path: Path) -> N
         "AUTH_MODE",
         "MAX_MESSAGE_CHARS",
     ]
+
+
+@pytest.mark.parametrize(
+    ("url", "extra"),
+    [
+        ("mysql+pymysql://root@127.0.0.1:3306/app", "mysql"),
+        ("mariadb+pymysql://root@127.0.0.1/app", "mysql"),
+        ("mssql+pyodbc://u:p@host/db?driver=ODBC+Driver+18+for+SQL+Server", "sqlserver"),
+        ("postgresql+psycopg://postgres@127.0.0.1/app", ""),
+        ("sqlite:///./data/agent_memory.db", ""),
+        ("", ""),
+    ],
+    ids=["mysql", "mariadb", "sqlserver", "postgres", "sqlite", "unset"],
+)
+@pytest.mark.parametrize("where", ["environment", "dotenv"])
+def test_serve_installs_the_driver_the_configured_database_needs(
+    url: str, extra: str, where: str, tmp_path: Path
+) -> None:
+    """`scripts/serve` installs the package with the extra its DATABASE_URL's driver needs,
+    read from the environment or from .env, so a MariaDB URL does not die on a missing
+    module."""
+    environment = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    if where == "environment":
+        environment["DATABASE_URL"] = url
+    else:
+        (tmp_path / ".env").write_text(f"LOG_LEVEL=INFO\nDATABASE_URL='{url}'\n")
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "_extras.sh")],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert done.stdout.strip() == extra
+    assert (
+        'source scripts/_venv.sh "$(bash scripts/_extras.sh)"'
+        in (REPO / "scripts" / "serve").read_text()
+    )
