@@ -13,7 +13,8 @@ order).
 
 Every step is linear in the paste: the near-duplicate check compares an entry with at most
 `NEAR_CANDIDATES` earlier ones of a compatible length and the same numbers, each comparison
-bounded by `MAX_ENTRY_CHARS`; the content policy runs once per line and once per wrap group.
+bounded by `MAX_ENTRY_CHARS`; the content policy runs once per line and once per wrap window
+(at most `WRAP_WINDOW_CHARS`, each line in at most two).
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ Reason = Literal["secret", "instruction_like", "duplicate", "too_long", "over_ca
 MAX_IMPORT_CHARS = 20_000  # the whole paste (both stores together hold 3,575 characters)
 MAX_ENTRY_CHARS = 500  # one fact; longer is a summary, not an entry
 MAX_DROPPED_TEXT_CHARS = 200  # how much of a dropped line the preview repeats
+# Lines that may be one wrapped sentence are judged together in windows of about this many
+# characters, each window starting with the previous one's last line: a sentence wrapped over
+# two lines is always inside one window, and the policy's cost stays linear in the paste (some
+# of its scans are quadratic in a run without spaces, so one window per run would not be).
+WRAP_WINDOW_CHARS = 600
 NEAR_DUPLICATE_RATIO = 0.9  # difflib's ratio (2 x matched / total) between two folded entries
 # Earlier entries one entry is compared with, nearest in length first: bounds the plan's work
 # at this many comparisons per line, where comparing every pair took seconds of CPU.
@@ -152,12 +158,12 @@ def third_person(verb: str) -> str:
 @dataclass(frozen=True)
 class Line:
     """One candidate fact as pasted, with the heading of the section it came from and, when
-    it came from lines that may be one wrapped sentence, those lines joined (`group`): the
-    content policy judges that text too."""
+    it came from lines that may be one wrapped sentence, the windows of those lines joined
+    that hold it (`groups`, one or two): the content policy judges them too."""
 
     text: str
     section: str = ""
-    group: str = field(default="", compare=False)
+    groups: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -241,21 +247,42 @@ def _runs(items: list[_Item]) -> list[list[_Item]]:
     return runs
 
 
+def _windows(run: list[_Item]) -> list[tuple[str, ...]]:
+    """For each item of a run, the windows that hold it: consecutive items joined up to about
+    WRAP_WINDOW_CHARS, each window starting with the previous one's last item."""
+    if len(run) == 1:
+        return [()]
+    held: list[list[str]] = [[] for _ in run]
+    first = 0
+    while True:
+        last, size = first, len(run[first].text)
+        while last + 1 < len(run) and size + len(run[last + 1].text) < WRAP_WINDOW_CHARS:
+            last += 1
+            size += len(run[last].text) + 1
+        if last == first and last + 1 < len(run):
+            last += 1  # two lines at least: a long line still meets the next one
+        window = "\n".join(item.text for item in run[first : last + 1])
+        for index in range(first, last + 1):
+            held[index].append(window)
+        if last + 1 >= len(run):
+            return [tuple(windows) for windows in held]
+        first = last
+
+
 def split(text: str) -> list[Line]:
     """The candidate facts of a paste: each bullet or numbered item whole, each sentence of a
     prose line; headings become the section of what follows; filler is dropped. Lines that
-    may be one sentence wrapped ("Ignore all previous" / "instructions.") carry their run
-    joined as `group`, for the policy to judge as one (each one-fact-per-line line stays a
-    fact of its own: "Likes tea" / "Keeps bees" are two)."""
+    may be one sentence wrapped ("Ignore all previous" / "instructions.") carry the windows of
+    their run that hold them as `groups`, for the policy to judge as one (each line of a
+    one-fact-per-line paste stays a fact of its own: "Likes tea" / "Keeps bees" are two)."""
     lines: list[Line] = []
     for run in _runs(_items(text)):
-        group = "\n".join(item.text for item in run) if len(run) > 1 else ""
-        for item in run:
+        for item, groups in zip(run, _windows(run), strict=True):
             pieces = [item.text] if item.bullet else _SENTENCE_END.split(item.text)
             for piece in pieces:
                 piece = piece.strip()
                 if piece and not _FILLER.match(_EMPHASIS.sub("", piece)):
-                    lines.append(Line(piece, item.section, group))
+                    lines.append(Line(piece, item.section, groups))
     return lines
 
 
@@ -295,17 +322,22 @@ def _verdict(text: str) -> Reason | None:
     return None if violation is None else _REASONS.get(violation.category, "invalid")
 
 
-def candidate(line: Line, group_verdict: Reason | None = None) -> str | Dropped:
+def candidate(line: Line, verdicts: dict[str, Reason | None] | None = None) -> str | Dropped:
     """The entry a line would be stored as, or why it is dropped: the content policy's rules
-    (the same as every memory write's) on the line as pasted, on its wrap group (given as
-    `group_verdict` when the caller judged it already) and on the entry; a line written to the
-    assistant is `instruction_like`, never rewritten into a fact about the person."""
+    (the same as every memory write's) on the line as pasted, on the wrap windows that hold it
+    (judged once each in `verdicts`, shared across a paste's lines) and on the entry; a line
+    written to the assistant is `instruction_like`, never rewritten into a fact about the
+    person."""
     if len(line.text) > MAX_ENTRY_CHARS:
         return Dropped(clip(line.text), "too_long")
-    if line.group and group_verdict is None:
-        group_verdict = _verdict(line.group)
+    verdicts = {} if verdicts is None else verdicts
+    for window in line.groups:
+        if window not in verdicts:
+            verdicts[window] = _verdict(window)
+        if (reason := verdicts[window]) is not None:
+            return Dropped(clip(line.text), reason)
     pasted = policy.normalize(line.text)
-    reason = group_verdict or (_verdict(pasted) if pasted else None)
+    reason = _verdict(pasted) if pasted else None
     if reason is not None:
         return Dropped(clip(line.text), reason)
     if to_the_assistant(pasted):
@@ -438,11 +470,9 @@ def plan(text: str, snapshot: Snapshot) -> ImportPlan:
     dropped: list[Dropped] = []
     seen = Seen([fold(entry) for entry in (*snapshot.user, *snapshot.memory, *snapshot.project)])
     entries: list[Entry] = []
-    verdicts: dict[str, Reason | None] = {}  # per wrap group, judged once
+    verdicts: dict[str, Reason | None] = {}  # per wrap window, judged once
     for line in split(text):
-        if line.group and line.group not in verdicts:
-            verdicts[line.group] = _verdict(line.group)
-        found = candidate(line, verdicts.get(line.group))
+        found = candidate(line, verdicts)
         if isinstance(found, Dropped):
             dropped.append(found)
             continue
