@@ -56,4 +56,4 @@ def test_no_route_holds_the_loop_for_anyone_else(served_url: str) -> None:
         if max(row["healthz_worst_ms"], row["other_person_worst_ms"]) >= BOUND_MS
     ]
     assert slow == [], slow
-    assert all(status < 500 for row in figures for status in row["statuses"]), figures
+    assert all(status[0] in "234" for row in figures for status in row["statuses"]), figures
