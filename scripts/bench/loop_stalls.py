@@ -139,6 +139,14 @@ class Case:
     send: Send
 
 
+async def _nothing(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> httpx.Response:
+    await asyncio.sleep(1.0)
+    return httpx.Response(200)
+
+
+# The polls with no request running: what the machine's own load makes them wait.
+IDLE = Case("(none)", "idle for 1 s", _nothing)
+
 CASES: tuple[Case, ...] = (
     Case("POST /v1/memory/import", "400 anagram lines", _importing(_anagram_lines())),
     Case("POST /v1/memory/import", "3,333 short lines", _importing(_short_lines())),
@@ -192,7 +200,8 @@ async def stalls(
     url: str, rounds: int = 1, cases: tuple[Case, ...] = CASES, *, progress: bool = False
 ) -> list[dict[str, Any]]:
     """For each case: the worst wait of `/healthz` and of another person's `GET /v1/memory`
-    while it ran (`rounds` times), and its own longest answer, in ms."""
+    while it ran (`rounds` times), and its own longest answer, in ms; first the same for a
+    second with no request running (IDLE: the machine's own load)."""
     attacker = {"Authorization": f"Bearer {dev_token('loop-stalls-sender')}"}
     bystander = {"Authorization": f"Bearer {dev_token('loop-stalls-bystander')}"}
     figures = []
@@ -203,7 +212,7 @@ async def stalls(
         httpx.AsyncClient(timeout=300, limits=limits) as memory,
     ):
         await _prepare(sender, url, attacker)
-        for case in cases:
+        for case in (IDLE, *cases):
             healthz, other, slowest, statuses = [0.0], [0.0], 0.0, set[str]()
             probes = [
                 asyncio.create_task(_poll(health, f"{url}/healthz", {}, healthz)),

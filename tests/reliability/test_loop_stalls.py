@@ -5,9 +5,9 @@ slowest, a chat title of 10,000 openers, the chat tool's policy, search over lon
 OpenAI-compatible route with 400 earlier messages, MCP's memory_update, the export) while
 `/healthz` and another person's `GET /v1/memory` are polled.
 
-Invariant: while any of them runs, neither poll waits a second (the bound is generous: the
-event loop answers both in milliseconds when it is free; before, one import held it 3.5-7.6 s),
-and no route answers 5xx.
+Invariant: while any of them runs, neither poll waits a second more than twice what it waits
+with nothing running (the bound is generous: the event loop answers both in milliseconds when it
+is free; before, one import held it 3.5-7.6 s on a quiet machine), and no route answers 5xx.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import asyncio
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,12 +49,15 @@ def served_url(request: pytest.FixtureRequest) -> Iterator[str]:
             yield url
 
 
+def _worst(row: dict[str, Any]) -> float:
+    return max(float(row["healthz_worst_ms"]), float(row["other_person_worst_ms"]))
+
+
 def test_no_route_holds_the_loop_for_anyone_else(served_url: str) -> None:
-    figures = asyncio.run(stalls(served_url, rounds=1, cases=CASES))
-    slow = [
-        row
-        for row in figures
-        if max(row["healthz_worst_ms"], row["other_person_worst_ms"]) >= BOUND_MS
-    ]
-    assert slow == [], slow
+    idle, *figures = asyncio.run(stalls(served_url, rounds=1, cases=CASES))
+    # A shared CI machine makes the polls wait with nothing running too: that wait, twice, is
+    # added to the bound (on a quiet machine it is milliseconds).
+    bound = BOUND_MS + 2 * _worst(idle)
+    slow = [row for row in figures if _worst(row) >= bound]
+    assert slow == [], (bound, idle, slow)
     assert all(status[0] in "234" for row in figures for status in row["statuses"]), figures
