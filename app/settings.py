@@ -141,6 +141,9 @@ class Settings(BaseSettings):
     user_max_streams: int = Field(default=4, ge=0, le=1000)
     user_turns_per_minute: int = Field(default=30, ge=0, le=100_000)
     user_daily_tokens: int = Field(default=0, ge=0)
+    # Imports (POST /v1/memory/import) a person may send a minute: each plans up to 20,000
+    # characters through the content policy, seconds of CPU that no person may loop
+    user_imports_per_minute: int = Field(default=6, ge=0, le=10_000)
     eval_max_streams: int = Field(default=16, ge=0, le=1000)
     eval_turns_per_minute: int = Field(default=600, ge=0, le=1_000_000)
     limit_check_timeout_seconds: float = Field(default=1.0, ge=0.05, le=60)

@@ -168,7 +168,7 @@ async def _run_tool(
         found = await run_search_tool(ctx, call.arguments, oversized=call.oversized)
         emit(ToolEvent.search(found.outcome, found.result_count))
         return found.content, found.echo_arguments
-    result = run_memory_tool(ctx, call.arguments, oversized=call.oversized)
+    result = await run_memory_tool(ctx, call.arguments, oversized=call.oversized)
     emit(ToolEvent(result.outcome, result.operation_count))
     return result.content, result.echo_arguments
 

@@ -13,6 +13,7 @@ from opentelemetry import trace
 
 from app.agent.context import MAX_REJECTED_CALLS, TurnContext
 from app.agent.events import SEARCH_TOOL_NAME, ToolOutcome
+from app.cpu import off_loop
 from app.memory.contract import MEMORY_TOOL_NAME, operations_schema
 from app.memory.ledger import stage_operations
 from app.memory.parsing import parse_operations
@@ -172,14 +173,17 @@ def parse_arguments(
     return value
 
 
-def run_memory_tool(ctx: TurnContext, raw_arguments: str, *, oversized: bool = False) -> ToolResult:
+async def run_memory_tool(
+    ctx: TurnContext, raw_arguments: str, *, oversized: bool = False
+) -> ToolResult:
     """Stage one batch on the turn's ledger, or explain to the model why not (`oversized`: the
-    arguments were too long to keep, see `parse_arguments`)."""
+    arguments were too long to keep, see `parse_arguments`). The batch's content policy runs
+    off the event loop: up to 20 entries of 2,200 characters, tens of milliseconds each."""
     register_sensitive(raw_arguments)  # scrubbed from telemetry, accepted or not
     with start_span(tracer, "memory.tool") as span:
         capture_content(span, "app.capture.memory_operations", raw_arguments)
         started = time.perf_counter()
-        result, targets = _run(ctx, raw_arguments, oversized)
+        result, targets = await _run(ctx, raw_arguments, oversized)
         staged = ctx.ledger.snapshot if ctx.ledger else ctx.baseline
         memory_event(
             stage="tool",
@@ -207,7 +211,7 @@ def _rejected(
     return ToolResult("rejected", count, json.dumps(payload), echo_arguments=echo)
 
 
-def _run(
+async def _run(
     ctx: TurnContext, raw_arguments: str, oversized: bool
 ) -> tuple[ToolResult, dict[str, int]]:
     arguments = parse_arguments(raw_arguments, oversized=oversized)
@@ -234,7 +238,8 @@ def _run(
         return _rejected(ctx, 0, arguments.code, arguments.reason, echo=False), {}
     try:
         operations = parse_operations(arguments)
-        snapshot = stage_operations(ctx.ledger, operations)
+        # Pure (the ledger and the policy); nothing else of the turn runs while it does.
+        snapshot = await off_loop(stage_operations, ctx.ledger, operations)
     except MemoryValidationError as error:
         return _rejected(ctx, count, error.code, error.message), {}
     targets = count_targets(operations)

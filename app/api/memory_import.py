@@ -15,11 +15,13 @@ from app.api.errors import error_responses
 from app.api.memory import memory_unavailable, require_writes
 from app.api.memory_history import proposal_view
 from app.api.project_scope import NO_PROJECT, ProjectQuery
+from app.cpu import off_loop
 from app.errors import Conflict, NotFound, ServiceUnavailable
 from app.memory.importing import MAX_IMPORT_CHARS, plan
 from app.memory.projects import ProjectNotFoundError
 from app.memory.rules import MemoryValidationError
 from app.memory.service import MemoryBusyError, MemoryUnavailableError
+from app.operators.limits import Caller, Limits
 from app.telemetry import register_sensitive
 
 logger = structlog.get_logger(__name__)
@@ -54,7 +56,7 @@ class ImportResult(BaseModel):
     "/import",
     response_model=ImportResult,
     summary="Propose the facts of a pasted export; report what was dropped and why",
-    responses=error_responses(401, 400, 404, 409, 413, 422, 503),
+    responses=error_responses(401, 400, 404, 409, 413, 422, 429, 503),
 )
 async def import_memory(
     body: ImportBody,
@@ -64,9 +66,13 @@ async def import_memory(
     where: ProjectQuery,
 ) -> dict[str, Any]:
     """With ?project_id=, project and environment facts are proposed for the project's document
-    instead of the general one, and the proposal is the project's."""
+    instead of the general one, and the proposal is the project's. Imports count against the
+    person's USER_IMPORTS_PER_MINUTE (429 with Retry-After beyond it); the plan runs off the
+    event loop."""
     require_writes(request, scope)
     register_sensitive(body.text)  # scrubbed from this request's telemetry
+    limits = Limits(turns_per_minute=runtime.settings.user_imports_per_minute)
+    await runtime.limits.admit(Caller.importer(scope.user_id), limits)
     try:
         snapshot = await runtime.memory.read_async(scope.user_id, scope=where.scope)
     except ProjectNotFoundError:
@@ -74,7 +80,7 @@ async def import_memory(
     except MemoryUnavailableError:
         logger.warning("memory.import_failed", error="MemoryUnavailableError")
         raise memory_unavailable() from None
-    result = plan(body.text, snapshot)
+    result = await off_loop(plan, body.text, snapshot)
     dropped = [{"text": item.text, "reason": item.reason} for item in result.dropped]
     if not result.entries:
         logger.info("memory.import_planned", entries=0, dropped=len(dropped))

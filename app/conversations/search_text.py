@@ -71,9 +71,9 @@ MARIADB_STOPWORDS = frozenset(
 )
 
 
-def word_spans(text: str) -> Iterator[tuple[int, int]]:
-    """Where the words of `text` are: runs of letters and decimal digits."""
-    for match in _WORD.finditer(text):
+def word_spans(text: str, begin: int = 0) -> Iterator[tuple[int, int]]:
+    """Where the words of `text` are (from `begin` on): runs of letters and decimal digits."""
+    for match in _WORD.finditer(text, begin):
         run = match.group()
         if run.isascii():  # ASCII letters and digits only: the common case, whole
             yield match.span()
@@ -136,24 +136,30 @@ class _Hit:
     end: int
 
 
-def _hits(content: str, words: tuple[str, ...]) -> list[_Hit]:
-    """Words of `content` that start with a query word (the engines match prefixes)."""
-    return [
-        _Hit(start, end)
-        for start, end in word_spans(content)
-        if any(content[start:end].lower().startswith(query) for query in words)
-    ]
+def _hits(content: str, words: tuple[str, ...], *, start: int = 0) -> Iterator[_Hit]:
+    """Words of `content` from `start` on that start with a query word (the engines match
+    prefixes), in order, found as they are asked for."""
+    for begin, end in word_spans(content, start):
+        if content[begin:end].lower().startswith(words):
+            yield _Hit(begin, end)
 
 
 def snippet(content: str, words: tuple[str, ...], size: int = SNIPPET_CHARS) -> str:
     """About `size` characters of `content` around its first match, matches marked « », cuts
     shown as an ellipsis, whitespace collapsed. Without a match (an engine that folds accents
-    or stems), the start of the message."""
-    hits = _hits(content, words)
-    first = hits[0].start if hits else 0
+    or stems), the start of the message. Reads the message up to its first match and then the
+    window only."""
+    first_hit = next(_hits(content, words), None) if words else None
+    first = first_hit.start if first_hit else 0
     start = max(0, first - size // 3)
     end = min(len(content), start + size)
     start = max(0, min(start, end - size))
+    hits: list[_Hit] = []
+    if first_hit is not None:
+        for hit in _hits(content, words, start=start):
+            if hit.start >= end:
+                break
+            hits.append(hit)
     pieces: list[str] = [ELLIPSIS] if start > 0 else []
     cursor = start
     for hit in hits:

@@ -16,11 +16,14 @@ DEFAULT_TITLE = "New conversation"
 MAX_TITLE_CHARS = 200  # the column's size
 TITLE_WORDS = 8
 TITLE_CHARS = 60
+# The title comes from the message's start: a longer message is read this far only, so a
+# title costs the same for a message of any length.
+TITLE_SOURCE_CHARS = 2_000
 
 # Openers that say how the person asks, not what about: "Please can you tell me how ..." is
 # titled by what follows. Applied repeatedly, longest first, case-insensitively.
 _OPENERS = re.compile(
-    r"^(?:hi|hello|hey|ok(?:ay)?|so|please|pls|thanks|thank you|"
+    r"(?:hi|hello|hey|ok(?:ay)?|so|please|pls|thanks|thank you|"
     r"(?:can|could|would|will) you(?: please)?|i (?:want|need|would like) (?:you )?to|"
     r"i'd like (?:you )?to|help me(?: to)?|tell me|explain(?: to me)?|"
     r"(?:please )?remember(?: that)?|let's|let us)\b[\s,!.:;-]*",
@@ -38,12 +41,15 @@ _TRAILING = ".,;:!?-–—\"'()[]"
 def title_from_message(message: str) -> str:
     """A few words of the first sentence of `message`, openers dropped, first letter capital;
     DEFAULT_TITLE when nothing is left."""
-    text = message.strip()
-    while True:  # openers first: "Hi! Can you ..." is titled by what follows the greeting
-        shorter = _OPENERS.sub("", text, count=1).lstrip()
-        if shorter == text:
-            break
-        text = shorter
+    text = message[:TITLE_SOURCE_CHARS].strip()
+    start = 0
+    # Openers first: "Hi! Can you ..." is titled by what follows the greeting. Matched in place
+    # (a copy of the rest per opener made "hi hi hi …" quadratic in the message).
+    while (opener := _OPENERS.match(text, start)) is not None and opener.end() > start:
+        start = opener.end()
+        while start < len(text) and text[start].isspace():
+            start += 1
+    text = text[start:]
     first = _SENTENCE_END.split(text, maxsplit=1)[0]
     all_words = first.split()
     words = all_words[:TITLE_WORDS]

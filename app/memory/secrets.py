@@ -353,7 +353,9 @@ def _format_hit(text: str) -> str | None:
     return None
 
 
-_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s<>\"']+", re.IGNORECASE)
+# A scheme of at most 32 characters: unbounded, every word start of a long dotted run
+# ("a.b.a.b…") read to the run's end before failing, quadratic in the run.
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]{0,31}://[^\s<>\"']+", re.IGNORECASE)
 # user:password@ in the authority, also when the password holds a "/" that ends it for
 # urlsplit.
 _USERINFO = re.compile(r"^[a-z][a-z0-9+.-]*://[^\s/:@]+:[^\s@]+@[^\s@]", re.IGNORECASE)

@@ -62,7 +62,8 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
-CallerKind = Literal["user", "eval"]
+# "import": a person's imports (POST /v1/memory/import), counted apart from their turns.
+CallerKind = Literal["user", "eval", "import"]
 LimitName = Literal["streams", "turns_per_minute", "daily_tokens"]
 # A refused stream has no known end: the client is told to try again shortly.
 STREAMS_RETRY_SECONDS = 2
@@ -79,6 +80,10 @@ class Caller:
     @classmethod
     def user(cls, subject: str) -> Caller:
         return cls("user", subject)
+
+    @classmethod
+    def importer(cls, subject: str) -> Caller:
+        return cls("import", subject)
 
     @classmethod
     def evaluator(cls, eval_key: str) -> Caller:
@@ -324,8 +329,9 @@ class LimitStore:
         minute = math.floor(now.timestamp() / 60)
         turns = _count_turn(connection, caller, minute)  # from here on, the caller's lock
         if limits.turns_per_minute and turns > limits.turns_per_minute:
+            what = "imports" if caller.kind == "import" else "turns"
             raise RateLimited(
-                f"Too many turns: at most {limits.turns_per_minute} a minute.",
+                f"Too many {what}: at most {limits.turns_per_minute} a minute.",
                 limit="turns_per_minute",
                 retry_after=math.ceil((minute + 1) * 60 - now.timestamp()),
             )

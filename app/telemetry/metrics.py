@@ -165,7 +165,7 @@ def remember_flag_state(name: str, state: FlagMetricState) -> None:
         MEMORY_FLAG.labels(each).set(1 if each == state else 0)
 
 
-def rate_limited(caller: Literal["user", "eval"], limit: str) -> None:
+def rate_limited(caller: Literal["user", "eval", "import"], limit: str) -> None:
     RATE_LIMITED.labels(caller, limit).inc()
 
 

@@ -34,7 +34,7 @@ def process(
     with log.open("wb") as output:
         child = subprocess.Popen(args, cwd=root, env=env, stdout=output, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 300  # a loaded machine takes its time to import
             while True:
                 if child.poll() is not None:
                     raise RuntimeError(f"{args[:4]} exited; see {log}")

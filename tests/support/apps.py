@@ -39,6 +39,7 @@ def api_settings(database_url: str, **overrides: Any) -> Settings:
         # (tests/api/test_limits.py), the defaults are checked in tests/unit/test_limits.py.
         "user_max_streams": 0,
         "user_turns_per_minute": 0,
+        "user_imports_per_minute": 0,
         "eval_max_streams": 0,
         "eval_turns_per_minute": 0,
     }
