@@ -180,6 +180,13 @@ class LocalShare:
             expires = self._monotonic() + self.lease_seconds
             admission.local = LocalSlot(self._streams, admission.caller, expires)
 
+    def check_whole(self, caller: Caller, limits: Limits) -> None:
+        """Raise RateLimited when this process alone holds the caller's whole stream limit:
+        refused at once, whatever the database would say (its slots may be missing the ones
+        admitted while it was slow)."""
+        if limits.max_streams and self.streams(caller) >= limits.max_streams:
+            raise _too_many_streams(limits.max_streams)
+
     def check(self, caller: Caller, limits: Limits, minute: int, now: datetime) -> None:
         """Raise RateLimited when the caller is at this process's share of a limit."""
         if limits.max_streams:
@@ -236,6 +243,8 @@ class SlotRelease:
 
     def committed(self) -> None:
         self.admission.released = True
+        if self.admission.local is not None:  # freed with the shared slot, at the same moment
+            self.admission.local.free()
 
 
 def _naive(moment: datetime) -> datetime:
@@ -266,6 +275,7 @@ class LimitStore:
         """Admit a request or raise RateLimited; with every limit off, nothing is read."""
         if limits.off:
             return Admission(caller)
+        self._whole(caller, limits)
         try:
             admission, _nothing = await self._checked(caller, limits, _no_work)
         except RateLimited:
@@ -273,6 +283,13 @@ class LimitStore:
         except Exception as error:
             return self._waived(caller, limits, error)
         return self._counted(admission, limits)
+
+    def _whole(self, caller: Caller, limits: Limits) -> None:
+        try:
+            self.local.check_whole(caller, limits)
+        except RateLimited as refused:
+            metrics.rate_limited(caller.kind, refused.limit)
+            raise
 
     def _counted(self, admission: Admission, limits: Limits) -> Admission:
         self.local.count(admission, limits, _minute(self.clock()))
@@ -300,6 +317,7 @@ class LimitStore:
         slow or busy) and the caller does the work itself, as if this had not been tried."""
         if limits.off:
             return await self.admit(caller, limits), None, None
+        self._whole(caller, limits)
         try:
             if then is None:
                 admission, done = await self._checked(caller, limits, work)
@@ -476,11 +494,7 @@ class LimitStore:
             return Admission(caller, lease_id)
         if budget and usage.tokens_on(connection, caller.key, now.date()) >= budget:
             raise _over_budget(budget, now)
-        raise RateLimited(
-            f"Too many answers at once: at most {limits.max_streams} at a time.",
-            limit="streams",
-            retry_after=STREAMS_RETRY_SECONDS,
-        )
+        raise _too_many_streams(limits.max_streams)
 
     def _release(self, admission: Admission) -> None:
         with self.engine.connect() as connection:
@@ -521,6 +535,14 @@ def _no_work(_connection: Connection) -> None:
 
 def _as_admitted(_connection: Connection, admitted: tuple[Admission, T]) -> tuple[Admission, T]:
     return admitted
+
+
+def _too_many_streams(limit: int) -> RateLimited:
+    return RateLimited(
+        f"Too many answers at once: at most {limit} at a time.",
+        limit="streams",
+        retry_after=STREAMS_RETRY_SECONDS,
+    )
 
 
 def _over_budget(budget: int, now: datetime) -> RateLimited:

@@ -105,7 +105,9 @@ async def test_one_stream_past_the_limit_is_refused_on_every_streaming_route(
     limit = 2
     gates = Gates()
     model = ScriptedModel([HeldText(ANSWER, gates, f"held{n}") for n in range(limit + 1)])
-    settings = api_settings(db_url, user_max_streams=limit)
+    # A check that answers (a loaded machine's second is not enough): the fallback of a slow
+    # check is tests/api/test_limits_fallback.py's.
+    settings = api_settings(db_url, user_max_streams=limit, limit_check_timeout_seconds=15)
     user = f"counted-{uuid.uuid4().hex[:8]}"
     app = create_app(settings, model_transport=model.transport())
     with live_server(app) as base:
@@ -211,17 +213,16 @@ def test_an_export_not_read_ends_short_at_its_bound(
     and its stream slot is freed; another person is served meanwhile."""
     user = f"exporter-{uuid.uuid4().hex[:8]}"
     store_messages(engine, user, BIG_MESSAGES, BIG_CHARS)
-    seconds = 3
+    seconds = 4
     overrides: dict[str, Any] = {"user_max_streams": 4, "auth_leeway_seconds": 0}
-    headers = dev_auth(user)
     if bound == "stream-max":
         overrides["stream_max_seconds"] = seconds
-    else:
-        headers = dev_auth(user, ttl=seconds)
     app = create_app(api_settings(db_url, **overrides))
     with live_server(app) as base:
         store = app.state.runtime.limits
         received = 0
+        # Minted once the server runs: the token's seconds are the export's.
+        headers = dev_auth(user, ttl=seconds) if bound == "token" else dev_auth(user)
         with (
             httpx.Client(base_url=base, timeout=ENDS_WITHIN) as client,
             client.stream("GET", "/v1/memory/export", headers=headers) as response,
