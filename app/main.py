@@ -106,10 +106,9 @@ def create_app(
         if module is metrics and not (settings or get_settings()).metrics_on_main_port:
             continue  # served by the private listener alone (METRICS_PORT)
         app.include_router(module.router)
-    # The MCP server (Streamable HTTP: POST, and GET/DELETE that a stateless server refuses).
-    app.router.routes.append(
-        Route(MCP_PATH, McpRoute(), methods=["GET", "POST", "DELETE"], include_in_schema=False)
-    )
+    # The MCP server (Streamable HTTP): every method reaches it, which serves POST only and
+    # answers the rest 405 with `Allow: POST` (a stateless server offers no GET stream).
+    app.router.routes.append(Route(MCP_PATH, McpRoute(), include_in_schema=False))
 
     def max_request_bytes() -> int:
         # Settings are resolved in the lifespan, after the middleware stack exists.

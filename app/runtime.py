@@ -51,6 +51,13 @@ class Runtime:
             daily_tokens=self.settings.user_daily_tokens,
         )
 
+    def download_limits(self) -> Limits:
+        """A download (the export) holds one of the person's stream slots while it runs."""
+        return Limits(
+            max_streams=self.settings.user_max_streams,
+            turns_per_minute=self.settings.user_turns_per_minute,
+        )
+
     def eval_limits(self) -> Limits:
         return Limits(
             max_streams=self.settings.eval_max_streams,
@@ -100,10 +107,13 @@ def build_runtime(
         erasure=ErasureService(engine, memory, conversations),
         limits=LimitStore(
             engine,
-            # A stream lasts at most its turn's deadline and the cleanup after it; a lease
-            # outliving that belongs to a worker that died.
-            lease_seconds=settings.turn_timeout_seconds + LEASE_MARGIN_SECONDS,
+            # A stream lasts at most its turn's deadline or STREAM_MAX_SECONDS (a slow reader,
+            # the export) and the cleanup after it; a lease outliving that belongs to a worker
+            # that died.
+            lease_seconds=max(settings.turn_timeout_seconds, settings.stream_max_seconds)
+            + LEASE_MARGIN_SECONDS,
             timeout_seconds=settings.limit_check_timeout_seconds,
+            processes=settings.limits_replicas,
         ),
         usage=UsageStore(engine),
     )

@@ -98,6 +98,9 @@ class Settings(BaseSettings):
     llm_max_tool_argument_chars: int = Field(default=65_536, ge=1024, le=65_536)
     offline_model_delay_ms: int = Field(default=15, ge=0, le=5000)
     turn_timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
+    # The longest any streamed response lasts (a turn, the export download), a client reading
+    # slowly included; it ends short past it (docs/operations.md "Streams").
+    stream_max_seconds: float = Field(default=300.0, ge=1, le=86_400)
 
     # Memory and prompts
     memory_enabled: bool = False
@@ -147,6 +150,9 @@ class Settings(BaseSettings):
     eval_max_streams: int = Field(default=16, ge=0, le=1000)
     eval_turns_per_minute: int = Field(default=600, ge=0, le=1_000_000)
     limit_check_timeout_seconds: float = Field(default=1.0, ge=0.05, le=60)
+    # Serving processes in all (replicas × workers): while the database check cannot answer,
+    # each admits a caller up to its share of each limit, limit // this (at least 1).
+    limits_replicas: int = Field(default=1, ge=1, le=10_000)
 
     # Metrics: GET /metrics on the main port, or on a private listener when METRICS_PORT is set
     metrics_port: int | None = Field(default=None, ge=1, le=65535)

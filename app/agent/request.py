@@ -73,6 +73,9 @@ class TurnRequest:
     # The memory read the route started after its admission: the opening awaits it instead of
     # reading (None: it reads).
     memory_read: MemoryRead | None = None
+    # When the caller's token stops being accepted (epoch seconds): the turn ends there with
+    # `token_expired`, as it ends at its deadline. None: no token (the evaluation route).
+    accepted_until: float | None = None
 
     @property
     def stored_in(self) -> str | None:

@@ -20,7 +20,7 @@ import structlog
 from app.agent.context import TurnContext
 from app.agent.events import SEARCH_TOOL_NAME, ToolOutcome
 from app.agent.tools import ArgumentError, parse_arguments
-from app.conversations.search_text import MAX_QUERY_CHARS, clip, unmarked
+from app.conversations.search_text import MAX_QUERY_CHARS, clip, query_problem, unmarked
 from app.conversations.service import SearchResult
 from app.db.deadline import within
 from app.telemetry import register_tool_arguments
@@ -95,6 +95,9 @@ def parse_search_arguments(
     query, limit = arguments.get("query"), arguments.get("limit", DEFAULT_LIMIT)
     if not isinstance(query, str) or not query.strip():
         return ArgumentError("invalid_query", "query must be a non-blank string of words.")
+    problem = query_problem(query)
+    if problem is not None:
+        return ArgumentError("invalid_query", problem)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         return ArgumentError("invalid_limit", f"limit must be an integer from 1 to {MAX_LIMIT}.")
     return query, limit

@@ -20,7 +20,7 @@ from app.agent.agents import Agent
 from app.agent.commit import CommitPoint, Settled
 from app.agent.context import TurnContext, new_turn_id
 from app.agent.events import DoneEvent, ErrorEvent, StartEvent, TurnEvent
-from app.agent.failures import failure_event
+from app.agent.failures import TurnFailure, failure_event
 from app.agent.opening import open_turn
 from app.agent.request import TurnRequest, TurnServices
 from app.agent.rounds import Progress, run_rounds
@@ -35,10 +35,17 @@ tracer = trace.get_tracer(__name__)
 Emit = Callable[[TurnEvent], None]
 
 TRANSCRIPT_FAILED = "transcript_unavailable"
+TOKEN_EXPIRED = "token_expired"
+TOKEN_EXPIRED_MESSAGE = "The token expired during the turn; sign in again and retry."
 TRANSCRIPT_FAILED_MESSAGE = (
     "The answer could not be stored in the conversation; try again. Memory is as the memory "
     "event reported."
 )
+
+
+def token_seconds_left(accepted_until: float | None) -> float | None:
+    """Seconds until the caller's token stops being accepted (never below zero)."""
+    return None if accepted_until is None else max(0.0, accepted_until - time.time())
 
 
 class Turn:
@@ -113,12 +120,18 @@ class Turn:
 
     async def _attempt(self, progress: Progress, emit: Emit, span: trace.Span) -> ErrorEvent | None:
         """Play the turn under its deadline; a failure becomes the error event that ends it."""
+        settings = self.services.settings
+        seconds = min(settings.turn_timeout_seconds, settings.stream_max_seconds)
+        token_left = token_seconds_left(self.request.accepted_until)
+        ends_with_token = token_left is not None and token_left < seconds
         try:
-            async with asyncio.timeout(self.services.settings.turn_timeout_seconds):
+            async with asyncio.timeout(token_left if ends_with_token else seconds) as deadline:
                 await self._play(progress, emit, span)
         except Exception as error:
             if isinstance(error, TimeoutError):
                 self.cancel_event.set()
+                if ends_with_token and deadline.expired():
+                    error = TurnFailure(TOKEN_EXPIRED, TOKEN_EXPIRED_MESSAGE)
             return failure_event(error, turn_id=self.turn_id)
         return None
 

@@ -26,6 +26,7 @@ from app.api.errors import BODY_ERRORS, error_responses
 from app.api.limiting import releasing
 from app.api.project_scope import find_project
 from app.api.sse import event_stream_response
+from app.api.stream_bounds import accepted_until, response_seconds
 from app.conversations.repository import Conversation
 from app.conversations.service import AfterTurn, TurnNotCurrent, new_conversation_id
 from app.db.deadline import within
@@ -133,9 +134,10 @@ async def turn_project(
 
 
 def respond(turn: Turn, ai_sdk: bool) -> Response:
+    longest = response_seconds(turn.services.settings)
     if ai_sdk:
-        return ui_stream.ui_message_response(stream_turn(turn))
-    return event_stream_response(stream_turn_batches(turn))
+        return ui_stream.ui_message_response(stream_turn(turn), max_seconds=longest)
+    return event_stream_response(stream_turn_batches(turn), max_seconds=longest)
 
 
 async def load_history(
@@ -286,6 +288,7 @@ async def chat(
             admission=admission,
             written=written,
             memory_read=memory_read,
+            accepted_until=accepted_until(user, runtime.settings),
         ),
         TurnServices(
             settings=runtime.settings,

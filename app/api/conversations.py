@@ -16,6 +16,7 @@ from app.api.timestamps import iso_utc
 from app.concurrency import to_thread
 from app.conversations.repository import Conversation
 from app.conversations.search import MAX_RESULTS
+from app.conversations.search_text import query_problem
 from app.conversations.service import SearchResult, is_conversation_id
 from app.conversations.titles import TitleError, checked_title
 from app.db.deadline import DeadlineExceededError, within
@@ -73,6 +74,9 @@ async def search_conversations(
 ) -> dict[str, Any]:
     if not q.strip():
         raise Unprocessable("Give the text to search for in q.", code="empty_query")
+    problem = query_problem(q)
+    if problem is not None:
+        raise Unprocessable(f"q: {problem}", code="invalid_query")
     seconds = runtime.settings.search_timeout_seconds
     project = where.scope.project_id
     try:

@@ -55,6 +55,6 @@ def releasing(
 ) -> Response:
     """`response`, releasing the admission's stream slot (if it took one) when it has ended,
     after `unplayed` (if given)."""
-    if admission.lease_id is None and unplayed is None:
+    if not admission.holds_slot and unplayed is None:
         return response
     return ReleasingResponse(response, runtime, admission, unplayed)

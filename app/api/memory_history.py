@@ -12,19 +12,23 @@ from typing import Any
 import structlog
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.responses import Response
 
-from app.api.deps import MemoryScope, RuntimeDep
+from app.api.deps import CurrentUser, MemoryScope, RuntimeDep
 from app.api.errors import error_responses
+from app.api.limiting import releasing
 from app.api.memory import MemoryState, memory_state, memory_unavailable, require_writes
 from app.api.memory_commit import commit_change, is_issued_id
 from app.api.project_scope import ProjectQuery
 from app.api.projects import project_view
+from app.api.stream_bounds import BoundedDownload, seconds_left
 from app.api.timestamps import iso_utc
 from app.conversations.repository import StoredMessage
 from app.errors import NotFound, Unprocessable
 from app.memory.control import ExportHead, MemoryControl
 from app.memory.provenance import HistoryEntry, Proposal, Provenance, change_view, operation_view
 from app.memory.rules import rendered_length
+from app.operators.limits import Caller
 
 logger = structlog.get_logger(__name__)
 
@@ -125,31 +129,39 @@ async def undo_change(
 @router.get(
     "/export",
     summary="Everything kept about the caller, as one JSON download",
-    responses=error_responses(401, 503),
+    responses=error_responses(401, 404, 429, 503),
     response_class=StreamingResponse,
 )
-async def export_memory(scope: MemoryScope, runtime: RuntimeDep) -> StreamingResponse:
+async def export_memory(
+    user: CurrentUser, scope: MemoryScope, runtime: RuntimeDep, _where: ProjectQuery
+) -> Response:
     """Streamed: the bounded parts are read first (a database that cannot answer is a `503`
     before anything is sent), then the history and the conversations a page at a time, each
     written as it is read, so memory stays bounded whatever the transcript's size. A failure
-    midway ends the download short (its JSON unfinished), never with a body that looks whole."""
+    midway ends the download short (its JSON unfinished), never with a body that looks whole.
+    The download holds one of the person's stream slots while it runs (429 past the limit) and
+    ends short at STREAM_MAX_SECONDS or when the token stops being accepted (stream_bounds)."""
+    admission = await runtime.limits.admit(Caller.user(user.subject), runtime.download_limits())
     try:
         head = await runtime.control.export_head(scope.user_id)
     except Exception as error:
+        await runtime.limits.release(admission)
         logger.warning("memory.export_failed", error=type(error).__name__)
         raise memory_unavailable() from None
     exported_at = datetime.now(UTC)
     stamp = exported_at.strftime("%Y%m%dT%H%M%SZ")
-    return StreamingResponse(
+    download = BoundedDownload(
         _chunks(
             _export_body(runtime.control, scope.user_id, head, exported_at, scope.writes_enabled)
         ),
+        seconds=seconds_left(user, runtime.settings),
         media_type="application/json",
         headers={
             "Content-Disposition": f'attachment; filename="memory-export-{stamp}.json"',
             "Cache-Control": "no-store",
         },
     )
+    return releasing(download, runtime, admission)
 
 
 # The export's pieces (a row each) go out joined into chunks of about this size: one send per

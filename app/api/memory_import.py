@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import structlog
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import error_responses
@@ -35,6 +35,14 @@ class ImportBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: str = Field(min_length=1, max_length=MAX_IMPORT_CHARS)
+
+    @field_validator("text")
+    @classmethod
+    def _storable(cls, text: str) -> str:
+        # Refused whole, as a chat message is: not a line quietly dropped as `invalid`.
+        if "\x00" in text:
+            raise ValueError("must not contain the NUL character (U+0000)")
+        return text
 
 
 class DroppedLine(BaseModel):

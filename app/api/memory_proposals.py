@@ -33,8 +33,12 @@ class MemorySettings(BaseModel):
     save_mode: SaveMode
 
 
-@router.get("/settings", response_model=MemorySettings, responses=error_responses(401, 503))
-async def read_settings(scope: MemoryScope, runtime: RuntimeDep) -> MemorySettings:
+# The settings are the person's, in every scope; a `project_id` is still checked as the
+# caller's (404 otherwise), as on every memory route.
+@router.get("/settings", response_model=MemorySettings, responses=error_responses(401, 404, 503))
+async def read_settings(
+    scope: MemoryScope, runtime: RuntimeDep, _where: ProjectQuery
+) -> MemorySettings:
     try:
         return MemorySettings(save_mode=await runtime.control.save_mode(scope.user_id))
     except Exception as error:
@@ -43,10 +47,12 @@ async def read_settings(scope: MemoryScope, runtime: RuntimeDep) -> MemorySettin
 
 
 @router.put(
-    "/settings", response_model=MemorySettings, responses=error_responses(401, 400, 413, 422, 503)
+    "/settings",
+    response_model=MemorySettings,
+    responses=error_responses(401, 400, 404, 413, 422, 503),
 )
 async def write_settings(
-    body: MemorySettings, scope: MemoryScope, runtime: RuntimeDep
+    body: MemorySettings, scope: MemoryScope, runtime: RuntimeDep, _where: ProjectQuery
 ) -> MemorySettings:
     # A preference, not memory: it can be changed while the memory flag is off.
     try:

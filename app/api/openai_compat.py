@@ -49,6 +49,7 @@ from app.api.sse import (
     EventStreamResponse,
     wait_for_disconnect,
 )
+from app.api.stream_bounds import accepted_until, response_seconds
 from app.api.ui_stream import sse_data
 from app.concurrency import to_thread
 from app.conversations.service import is_conversation_id
@@ -187,6 +188,7 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
             project_id=project.id if project is not None else None,
             project_name=project.name if project is not None else None,
             admission=admission,
+            accepted_until=accepted_until(user, settings),
         ),
         # No conversation service: nothing on this route is stored as a transcript; the search
         # tool still reads the caller's transcripts that /v1/chat stored.
@@ -211,6 +213,7 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
             _chunks(stream_turn(turn), encoder),
             ping=PING_SECONDS,
             send_timeout=SEND_TIMEOUT_SECONDS,
+            max_seconds=response_seconds(settings),
             sep="\n",
             headers=STREAM_HEADERS,
         )

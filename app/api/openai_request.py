@@ -241,6 +241,8 @@ def _check_unicode(text: str, where: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError:  # an unpaired surrogate, valid in JSON as "\ud800"
         raise bad(f"{where} must be valid Unicode text.", param=where) from None
+    if "\x00" in text:  # refused as on /v1/chat: no database stores it in text
+        raise bad(f"{where} must not contain the NUL character (U+0000).", param=where)
 
 
 def _optional(body: Mapping[str, Any], key: str, kind: type[Any], *, prefix: str = "") -> Any:

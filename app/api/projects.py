@@ -15,6 +15,7 @@ from app.api.errors import error_responses
 from app.api.project_scope import NO_PROJECT, project_write_unavailable
 from app.api.timestamps import iso_utc
 from app.concurrency import to_thread
+from app.conversations.service import is_conversation_id
 from app.errors import Conflict, NotFound, Unprocessable
 from app.memory.projects import (
     Project,
@@ -108,6 +109,8 @@ async def create_project(
 async def change_project(
     project_id: str, body: ProjectChange, user: CurrentUser, runtime: RuntimeDep
 ) -> dict[str, Any]:
+    if not is_conversation_id(project_id):  # never a query with an id not shaped like ours
+        raise NotFound(NO_PROJECT)
     if body.name is None and body.general_memory is None:
         raise Unprocessable("Give a name, general_memory, or both.", code="invalid_request")
     name = None if body.name is None else _name(body.name)
@@ -143,6 +146,8 @@ async def delete_project(
         "the project has any.",
     ),
 ) -> Response:
+    if not is_conversation_id(project_id):  # project ids are uuid4 text, as conversations'
+        raise NotFound(NO_PROJECT)
     try:
         count = await to_thread(
             runtime.memory.delete_project, user.subject, project_id, conversations

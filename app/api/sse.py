@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from collections.abc import AsyncGenerator, Mapping
 from datetime import UTC, datetime
 
@@ -29,9 +30,16 @@ class SendTimeoutError(TimeoutError):
     reading, and the turn was cancelled."""
 
 
+class StreamTooLongError(TimeoutError):
+    """A response still sending at its `max_seconds` (STREAM_MAX_SECONDS): a client reading
+    too slowly. The body was closed (the turn cancelled) and the response ends short."""
+
+
 class EventStreamResponse(Response):
     """A `text/event-stream` response of already framed events, with sse-starlette's headers,
-    keep-alive pings, send timeout and disconnect handling, built on Starlette's `Response`.
+    keep-alive pings, send timeout, a bound on its whole duration (`max_seconds`, raising
+    `StreamTooLongError` once the body is closed) and disconnect handling, built on Starlette's
+    `Response`.
 
     sse-starlette's `EventSourceResponse` runs a task group of four tasks per response (the
     stream, the ping loop, the disconnect listener and a shutdown listener), each with its
@@ -54,6 +62,7 @@ class EventStreamResponse(Response):
         *,
         ping: float = PING_SECONDS,
         send_timeout: float | None = None,
+        max_seconds: float | None = None,
         sep: str = "\r\n",
         headers: Mapping[str, str] | None = None,
     ) -> None:
@@ -62,6 +71,7 @@ class EventStreamResponse(Response):
         self.background = None
         self.ping_seconds = ping
         self.send_timeout = send_timeout
+        self.max_seconds = max_seconds
         self.sep = sep
         merged = MutableHeaders()
         merged.update(headers or {})
@@ -73,8 +83,9 @@ class EventStreamResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stop = _Stop()
         listener = asyncio.get_running_loop().create_task(self._listen(receive, stop))
+        deadline = math.inf if self.max_seconds is None else anyio.current_time() + self.max_seconds
         try:
-            with anyio.CancelScope() as cancel_scope:
+            with anyio.CancelScope(deadline=deadline) as cancel_scope:
                 stop.scope = cancel_scope
                 self._arm_ping(send, stop)
                 await self._stream(send, stop)
@@ -83,6 +94,8 @@ class EventStreamResponse(Response):
             listener.cancel()
         if stop.failure is not None:
             raise stop.failure
+        if cancel_scope.cancelled_caught and anyio.current_time() >= deadline:
+            raise StreamTooLongError
 
     async def _stream(self, send: Send, stop: _Stop) -> None:
         start = {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
@@ -200,11 +213,12 @@ async def _encoded(
 
 
 def event_stream_response(
-    batches: AsyncGenerator[tuple[TurnEvent, ...], None],
+    batches: AsyncGenerator[tuple[TurnEvent, ...], None], *, max_seconds: float
 ) -> EventStreamResponse:
     return EventStreamResponse(
         _encoded(batches),
         ping=PING_SECONDS,
         send_timeout=SEND_TIMEOUT_SECONDS,
+        max_seconds=max_seconds,
         headers={"Cache-Control": "no-store"},
     )

@@ -18,7 +18,7 @@ from app.agent.events import (
     TurnEvent,
 )
 from app.api.bodies import not_object
-from app.api.sse import EventStreamResponse
+from app.api.sse import SEND_TIMEOUT_SECONDS, EventStreamResponse
 from app.conversations.service import AfterTurn
 from app.errors import Unprocessable
 
@@ -185,10 +185,19 @@ async def _body(events: AsyncGenerator[TurnEvent, None]) -> AsyncGenerator[bytes
         yield b""
 
 
-def ui_message_response(events: AsyncGenerator[TurnEvent, None]) -> EventStreamResponse:
+def ui_message_response(
+    events: AsyncGenerator[TurnEvent, None], *, max_seconds: float
+) -> EventStreamResponse:
     """The turn as a UI message stream. A disconnect cancels `events` (the response listens for
-    it on every ASGI version), so the turn's own cancellation path discards its staged memory."""
-    return EventStreamResponse(_body(events), headers=HEADERS, sep="\n")
+    it on every ASGI version), so the turn's own cancellation path discards its staged memory;
+    a client that stops reading is gone after the send timeout, as on the other streams."""
+    return EventStreamResponse(
+        _body(events),
+        headers=HEADERS,
+        sep="\n",
+        send_timeout=SEND_TIMEOUT_SECONDS,
+        max_seconds=max_seconds,
+    )
 
 
 def _text_of(message: Mapping[str, Any]) -> str:

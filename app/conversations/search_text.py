@@ -22,6 +22,17 @@ MARK_OPEN, MARK_CLOSE = "\u00ab", "\u00bb"  # « »
 _ESCAPED_MARKS = str.maketrans({MARK_OPEN: "\u2039", MARK_CLOSE: "\u203a"})  # ‹ ›
 ELLIPSIS = "\u2026"
 
+
+def query_problem(query: str) -> str | None:
+    """Why a query is not text to search (NUL, an unpaired surrogate), or None: refused with
+    its reason rather than searched for its other words."""
+    if "\x00" in query:
+        return "query must not contain the NUL character (U+0000)."
+    if any("\ud800" <= character <= "\udfff" for character in query):
+        return "query must be valid Unicode text (no unpaired surrogates)."
+    return None
+
+
 # A candidate run of word characters; `word_spans` keeps only its letters and decimal digits.
 # Other "numbers" (½, ①, ², Roman numerals) are not words to any engine: PostgreSQL's parser
 # drops them, and a query made of them alone matched every message there.

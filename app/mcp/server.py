@@ -43,6 +43,10 @@ from app.telemetry import bind_subject
 log = structlog.get_logger(__name__)
 
 PATH = "/mcp"
+# Stateless: the server never sends a message of its own, so it offers no GET stream (the
+# specification's answer is 405) and has no session to DELETE. A GET used to open a ping-only
+# stream per request, uncounted and unbounded; now only POST is served.
+ALLOW = "POST"
 SERVER_NAME = "agent-memory"
 # The SDK needs a client id for the token; the principal is the subject.
 TOKEN_CLIENT_ID = "agent-memory-api"
@@ -172,10 +176,11 @@ def session_manager(server: MCPServer) -> StreamableHTTPSessionManager:
 
 
 class McpEndpoint:
-    """The ASGI app at `/mcp`: the API's bearer check (401 with `WWW-Authenticate: Bearer` and
-    the API's JSON error otherwise), then the SDK's transport with the verified identity: the
-    server of the request's scope, by the targets it reaches: outside projects, or in the
-    project its header names (opted into general memory or not)."""
+    """The ASGI app at `/mcp`: POST only (405 with `Allow: POST` otherwise), the API's bearer
+    check (401 with `WWW-Authenticate: Bearer` and the API's JSON error otherwise), then the
+    SDK's transport with the verified identity: the server of the request's scope, by the
+    targets it reaches: outside projects, or in the project its header names (opted into
+    general memory or not)."""
 
     def __init__(
         self, runtime: Runtime, managers: Mapping[tuple[Target, ...], StreamableHTTPSessionManager]
@@ -188,6 +193,16 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
+        if request.method != "POST":  # before the token: the answer is the same for anyone
+            response = error_response(
+                405,
+                "method_not_allowed",
+                "This MCP server is stateless: send JSON-RPC messages with POST; it offers no "
+                "server-initiated stream (GET) and no session to end (DELETE).",
+                {"Allow": ALLOW},
+            )
+            await response(scope, receive, send)
+            return
         try:
             identity = await authenticate(request, self.runtime)
         except AppError as error:

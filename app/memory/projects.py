@@ -73,7 +73,10 @@ class Project:
 
 
 def normalize_name(raw: str) -> str:
-    """The stored name: trimmed, 1 to PROJECT_NAME_CHARS characters, no control characters."""
+    """The stored name: trimmed, 1 to PROJECT_NAME_CHARS characters, no control characters,
+    valid Unicode (a lone surrogate, which JSON can carry, is not text any database stores)."""
+    if any(unicodedata.category(character) == "Cs" for character in raw):
+        raise ProjectNameError("name must be valid Unicode text (no unpaired surrogates)")
     name = unicodedata.normalize("NFC", raw).strip()
     if not name:
         raise ProjectNameError("name must not be empty")

@@ -12,8 +12,12 @@ it is stored only when the turn is admitted. Releasing the slot is one DELETE: i
 transaction of the turn's answer row, which ends the stream anyway, or else on its own when
 the stream ends (in autocommit on PostgreSQL: a statement that commits itself).
 
-A database that does not answer within the bound lets the request through (logged, counted):
-limits protect the service; they must not turn a database hiccup into refused turns.
+A database that does not answer within the bound does not switch the limits off: the process
+falls back to its own count of the caller (`LocalShare`), admitting up to its share of each
+limit (the limit divided by LIMITS_REPLICAS, the serving processes in all; at least one), logged
+and counted. Limits protect the service; a database hiccup neither refuses every turn nor lets
+one person open as many streams as they like: across N processes a person holds at most the
+limit plus N local shares (about twice the limit) while the database is slow.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -114,13 +119,118 @@ class RateLimited(AppError):
         self.headers = {"Retry-After": str(self.retry_after)}
 
 
+class LocalSlot:
+    """One stream of a caller in this process's own count, until freed or, like a lease, until
+    it expires (a slot whose release was lost does not count for ever)."""
+
+    __slots__ = ("_caller", "_streams", "expires")
+
+    def __init__(
+        self, streams: dict[Caller, set[LocalSlot]], caller: Caller, expires: float
+    ) -> None:
+        self._streams: dict[Caller, set[LocalSlot]] | None = streams
+        self._caller = caller
+        self.expires = expires
+        streams.setdefault(caller, set()).add(self)
+
+    def free(self) -> None:
+        streams, self._streams = self._streams, None
+        if streams is None:
+            return
+        held = streams.get(self._caller)
+        if held is not None:
+            held.discard(self)
+            if not held:
+                del streams[self._caller]
+
+
+class LocalShare:
+    """This process's own count of each caller's open streams and turns of the minute, kept
+    for every admission and used alone when the shared check cannot answer: the caller is then
+    admitted up to `share(limit)`. Touched only on the event loop's thread."""
+
+    def __init__(
+        self,
+        processes: int,
+        lease_seconds: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.processes = processes
+        self.lease_seconds = lease_seconds
+        self._monotonic = monotonic
+        self._streams: dict[Caller, set[LocalSlot]] = {}
+        self._turns: dict[Caller, tuple[int, int]] = {}  # (minute, turns in it)
+
+    def streams(self, caller: Caller) -> int:
+        """The caller's live streams in this process (expired slots dropped)."""
+        now = self._monotonic()
+        for slot in [slot for slot in self._streams.get(caller, ()) if slot.expires <= now]:
+            slot.free()
+        return len(self._streams.get(caller, ()))
+
+    def share(self, limit: int) -> int:
+        return max(1, limit // self.processes)
+
+    def turns(self, caller: Caller, minute: int) -> int:
+        counted = self._turns.get(caller)
+        return counted[1] if counted is not None and counted[0] == minute else 0
+
+    def count(self, admission: Admission, limits: Limits, minute: int) -> None:
+        """Count an admitted request: its turn of the minute, and its stream while it lasts."""
+        if limits.turns_per_minute:
+            if len(self._turns) > MAX_LOCAL_CALLERS:  # callers of earlier minutes
+                self._turns = {c: t for c, t in self._turns.items() if t[0] == minute}
+            self._turns[admission.caller] = (minute, self.turns(admission.caller, minute) + 1)
+        if limits.max_streams and admission.local is None:
+            expires = self._monotonic() + self.lease_seconds
+            admission.local = LocalSlot(self._streams, admission.caller, expires)
+
+    def check_whole(self, caller: Caller, limits: Limits) -> None:
+        """Raise RateLimited when this process alone holds the caller's whole stream limit:
+        refused at once, whatever the database would say (its slots may be missing the ones
+        admitted while it was slow)."""
+        if limits.max_streams and self.streams(caller) >= limits.max_streams:
+            raise _too_many_streams(limits.max_streams)
+
+    def check(self, caller: Caller, limits: Limits, minute: int, now: datetime) -> None:
+        """Raise RateLimited when the caller is at this process's share of a limit."""
+        if limits.max_streams:
+            share = self.share(limits.max_streams)
+            if self.streams(caller) >= share:
+                raise RateLimited(
+                    f"Too many answers at once: at most {share} at a time while limits are "
+                    "checked locally.",
+                    limit="streams",
+                    retry_after=STREAMS_RETRY_SECONDS,
+                )
+        if limits.turns_per_minute:
+            share = self.share(limits.turns_per_minute)
+            if self.turns(caller, minute) >= share:
+                raise RateLimited(
+                    f"Too many turns: at most {share} a minute while limits are checked locally.",
+                    limit="turns_per_minute",
+                    retry_after=math.ceil((minute + 1) * 60 - now.timestamp()),
+                )
+
+
+# A bound on the callers whose turns a process remembers before it forgets earlier minutes'.
+MAX_LOCAL_CALLERS = 10_000
+
+
 @dataclass
 class Admission:
-    """An admitted request; `lease_id` is its stream slot (None: no slot was taken)."""
+    """An admitted request; `lease_id` is its stream slot (None: no slot was taken); `local`
+    its place in this process's own count of the caller's streams (`LocalShare`)."""
 
     caller: Caller
     lease_id: str | None = None
     released: bool = False
+    local: LocalSlot | None = None
+
+    @property
+    def holds_slot(self) -> bool:
+        """Whether the request's end has a stream slot to free (shared or local)."""
+        return self.lease_id is not None or self.local is not None
 
 
 @dataclass(frozen=True)
@@ -138,6 +248,8 @@ class SlotRelease:
 
     def committed(self) -> None:
         self.admission.released = True
+        if self.admission.local is not None:  # freed with the shared slot, at the same moment
+            self.admission.local.free()
 
 
 def _naive(moment: datetime) -> datetime:
@@ -155,23 +267,37 @@ class LimitStore:
         *,
         lease_seconds: float,
         timeout_seconds: float,
+        processes: int = 1,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.engine = engine
         self.lease_seconds = lease_seconds
         self.timeout_seconds = timeout_seconds
+        self.local = LocalShare(processes, lease_seconds)
         self.clock = clock  # tests pin it to a moment
 
     async def admit(self, caller: Caller, limits: Limits) -> Admission:
         """Admit a request or raise RateLimited; with every limit off, nothing is read."""
         if limits.off:
             return Admission(caller)
+        self._whole(caller, limits)
         try:
             admission, _nothing = await self._checked(caller, limits, _no_work)
         except RateLimited:
             raise
         except Exception as error:
-            return self._waived(caller, error)
+            return self._waived(caller, limits, error)
+        return self._counted(admission, limits)
+
+    def _whole(self, caller: Caller, limits: Limits) -> None:
+        try:
+            self.local.check_whole(caller, limits)
+        except RateLimited as refused:
+            metrics.rate_limited(caller.kind, refused.limit)
+            raise
+
+    def _counted(self, admission: Admission, limits: Limits) -> Admission:
+        self.local.count(admission, limits, _minute(self.clock()))
         return admission
 
     async def admit_with(
@@ -196,6 +322,7 @@ class LimitStore:
         slow or busy) and the caller does the work itself, as if this had not been tried."""
         if limits.off:
             return await self.admit(caller, limits), None, None
+        self._whole(caller, limits)
         try:
             if then is None:
                 admission, done = await self._checked(caller, limits, work)
@@ -205,14 +332,14 @@ class LimitStore:
             raise
         except Exception as error:
             return await self._after_shared_failure(caller, limits, error), None, None
-        return admission, done, later
+        return self._counted(admission, limits), done, later
 
     async def _after_shared_failure(
         self, caller: Caller, limits: Limits, error: Exception
     ) -> Admission:
         if isinstance(error, DeadlineExceededError | DatabaseBusyError):
-            # A second try would wait as long again: let the request through, as `admit` does.
-            return self._waived(caller, error)
+            # A second try would wait as long again: admit on the local count, as `admit` does.
+            return self._waived(caller, limits, error)
         log.warning("limits.shared_write_failed", error_type=type(error).__name__)
         return await self.admit(caller, limits)
 
@@ -256,11 +383,19 @@ class LimitStore:
             metrics.rate_limited(caller.kind, refused.limit)
             raise
 
-    def _waived(self, caller: Caller, error: Exception) -> Admission:
-        """A check the database did not answer: the request goes through, logged and counted."""
+    def _waived(self, caller: Caller, limits: Limits, error: Exception) -> Admission:
+        """A check the database did not answer (logged and counted): the request is admitted
+        on this process's own count, up to its share of each limit, or refused (RateLimited).
+        The daily budget is not checked (its spending is only in the database)."""
         log.warning("limits.check_failed", caller=caller.kind, error_type=type(error).__name__)
         metrics.limit_check_failed()
-        return Admission(caller)
+        now = self.clock()
+        try:
+            self.local.check(caller, limits, _minute(now), now)
+        except RateLimited as refused:
+            metrics.rate_limited(caller.kind, refused.limit)
+            raise
+        return self._counted(Admission(caller), limits)
 
     def release_with(self, admission: Admission) -> SlotRelease | None:
         """The admission's slot release as a statement for a transaction of the caller's (the
@@ -272,6 +407,8 @@ class LimitStore:
 
     async def release(self, admission: Admission) -> None:
         """Free the admission's stream slot (once; even while the caller is being cancelled)."""
+        if admission.local is not None:
+            admission.local.free()
         if admission.lease_id is None or admission.released:
             return
         admission.released = True
@@ -326,7 +463,7 @@ class LimitStore:
 
     def _check(self, connection: Connection, caller: Caller, limits: Limits) -> Admission:
         now = self.clock()
-        minute = math.floor(now.timestamp() / 60)
+        minute = _minute(now)
         turns = _count_turn(connection, caller, minute)  # from here on, the caller's lock
         if limits.turns_per_minute and turns > limits.turns_per_minute:
             what = "imports" if caller.kind == "import" else "turns"
@@ -363,11 +500,7 @@ class LimitStore:
             return Admission(caller, lease_id)
         if budget and usage.tokens_on(connection, caller.key, now.date()) >= budget:
             raise _over_budget(budget, now)
-        raise RateLimited(
-            f"Too many answers at once: at most {limits.max_streams} at a time.",
-            limit="streams",
-            retry_after=STREAMS_RETRY_SECONDS,
-        )
+        raise _too_many_streams(limits.max_streams)
 
     def _release(self, admission: Admission) -> None:
         with self.engine.connect() as connection:
@@ -398,12 +531,24 @@ class LimitStore:
             )
 
 
+def _minute(now: datetime) -> int:
+    return math.floor(now.timestamp() / 60)
+
+
 def _no_work(_connection: Connection) -> None:
     return None
 
 
 def _as_admitted(_connection: Connection, admitted: tuple[Admission, T]) -> tuple[Admission, T]:
     return admitted
+
+
+def _too_many_streams(limit: int) -> RateLimited:
+    return RateLimited(
+        f"Too many answers at once: at most {limit} at a time.",
+        limit="streams",
+        retry_after=STREAMS_RETRY_SECONDS,
+    )
 
 
 def _over_budget(budget: int, now: datetime) -> RateLimited:

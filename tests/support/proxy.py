@@ -6,11 +6,15 @@ directions, with every byte (and every close) held back. Thawed, it delivers wha
 order, and forwards as usual again. A client that gives up during the freeze therefore finds,
 after the thaw, that anything it had sent still reaches the server: nothing it wrote is lost by
 the proxy, so a test that finds nothing committed proves the client never sent a COMMIT.
+
+Slowed (`slow(low, high)`), it holds each chunk a random time in that range before forwarding
+it, in order, in both directions: a database that answers, late.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -32,6 +36,7 @@ class FreezableProxy:
         self._open: asyncio.Event | None = None
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._delay: tuple[float, float] | None = None
 
     # -- control, from the test's thread ---------------------------------------------------------
 
@@ -48,6 +53,13 @@ class FreezableProxy:
 
     def thaw(self) -> None:
         self._call(self._set_open(True))
+
+    def slow(self, low: float, high: float) -> None:
+        """Hold each chunk `low` to `high` seconds (at random) before forwarding it."""
+        self._delay = (low, high)
+
+    def fast(self) -> None:
+        self._delay = None
 
     def stop(self) -> None:
         self._call(self._stop())
@@ -112,6 +124,9 @@ class FreezableProxy:
             while True:
                 data = await reader.read(CHUNK)
                 await self._open.wait()  # frozen: hold this chunk (or this close) until thawed
+                delay = self._delay
+                if delay is not None:
+                    await asyncio.sleep(random.uniform(*delay))  # noqa: S311 - not a secret
                 if not data:
                     break
                 writer.write(data)

@@ -1,7 +1,8 @@
 """Our SSE response behaves as sse-starlette's own with one helper task instead of four: the
 same bytes and headers, a disconnect closes the body (so the turn is cancelled) and the response
 ends quietly, keep-alive pings keep coming and never cut into an event, a client that stops
-reading is gone after the send timeout (for an event and for a ping), and a server shutdown
+reading is gone after the send timeout (for an event and for a ping), one still sending at its
+`max_seconds` is cut (ours only), and a server shutdown
 ends the stream once the server's grace has passed. The invariants shared with sse-starlette
 run against both classes, so a difference is a failure."""
 
@@ -21,7 +22,7 @@ from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 from starlette.types import Message
 
-from app.api.sse import EventStreamResponse
+from app.api.sse import EventStreamResponse, StreamTooLongError
 from tests.support.server import running_server
 
 RESPONSES = [
@@ -185,6 +186,26 @@ async def test_a_client_that_stops_reading_is_gone_after_the_send_timeout(
         async with asyncio.timeout(WAIT_SECONDS):
             await response(SCOPE, client.receive, client.send)
     assert body.closed.is_set()
+
+
+async def test_a_stream_still_sending_at_its_longest_is_cut() -> None:
+    """Invariant: `max_seconds` bounds the whole response, whatever the client reads: a body
+    that goes on (a slow reader taking each event just in time) is closed at the bound and the
+    response raises StreamTooLongError, never ending as if whole."""
+
+    async def endless() -> AsyncIterator[bytes]:
+        while True:
+            yield b"data: 1\r\n\r\n"
+            await asyncio.sleep(0.01)
+
+    client = Client()
+    body = endless()
+    response = EventStreamResponse(body, ping=15, send_timeout=5, max_seconds=0.2)
+    with pytest.raises(StreamTooLongError):
+        async with asyncio.timeout(WAIT_SECONDS):
+            await response(SCOPE, client.receive, client.send)
+    assert client.sent[-1].get("more_body", True)  # the body never ended as if whole
+    assert body.ag_running is False and body.ag_frame is None  # closed
 
 
 @pytest.mark.parametrize("response_class", RESPONSES)
