@@ -35,7 +35,7 @@ async def backfill(
 
     def queue_page() -> tuple[int, int, bool]:
         """(queued, the new cursor, whether every message has been looked at)."""
-        with engine.begin() as connection:
+        with worker.writing() as connection:
             room = worker.limits.queue_limit - store.pending(connection)
             if room <= 0:
                 return 0, cursor, False

@@ -14,14 +14,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
 import structlog
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from app.concurrency import to_thread
 from app.conversations.repository import now
+from app.db.engine import SQLITE_IMMEDIATE
 from app.embeddings import store
 from app.embeddings.client import EmbeddingClient, EmbeddingError
 from app.embeddings.store import Job
@@ -78,9 +80,19 @@ class EmbeddingWorker:
 
     # -- one cycle ----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Connection]:
+        """A short write transaction; on SQLite it takes the write lock at BEGIN, so two
+        workers' claims queue up instead of failing on their first write."""
+        with (
+            self.engine.connect().execution_options(**{SQLITE_IMMEDIATE: True}) as connection,
+            connection.begin(),
+        ):
+            yield connection
+
     def _prepare(self) -> store.Backend:
         if self._backend is None:
-            with self.engine.begin() as connection:
+            with self.writing() as connection:
                 self._backend = store.backend(connection)
                 if self._backend == "pgvector":
                     store.ensure_index(connection, self.client.config.dimensions)
@@ -89,7 +101,7 @@ class EmbeddingWorker:
     def _discover(self, look_back: bool) -> int:
         """Queue the messages after the newest queued or embedded one (the LOOKBACK_IDS before
         it too, when `look_back`), up to the queue's room."""
-        with self.engine.begin() as connection:
+        with self.writing() as connection:
             room = self.limits.queue_limit - store.pending(connection)
             if room <= 0:
                 return 0
@@ -105,19 +117,19 @@ class EmbeddingWorker:
         return self.client.config.model
 
     def _claim(self) -> list[Job]:
-        with self.engine.begin() as connection:
+        with self.writing() as connection:
             return store.claim(
                 connection, self.token, now(), self.limits.lease, self.limits.batch_size
             )
 
     def _save(self, made: list[tuple[Job, Vector]], backend: store.Backend) -> int:
-        with self.engine.begin() as connection:
+        with self.writing() as connection:
             return store.save(connection, self.token, made, self.model, backend, now())
 
     def _give_back(self, failed: list[Job]) -> None:
         dropped = [job for job in failed if job.attempts >= MAX_ATTEMPTS]
         retried = [job for job in failed if job.attempts < MAX_ATTEMPTS]
-        with self.engine.begin() as connection:
+        with self.writing() as connection:
             store.abandon(connection, self.token, dropped)
             stamp = now()
             for job in retried:
