@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from app.concurrency import to_thread
 from app.conversations import repository, search
 from app.conversations.repository import Conversation, MessageStatus, Role, StoredMessage
-from app.conversations.search_text import query_words, snippet
+from app.conversations.search_text import parse_query, snippet
 from app.conversations.titles import title_from_message
 from app.db.engine import SQLITE_IMMEDIATE, one_statement_read
 from app.operators.limits import SlotRelease
@@ -68,6 +68,7 @@ class SearchResult:
     role: str
     snippet: str
     created_at: datetime
+    score: float = 0.0  # relevance within this search (higher is better)
 
 
 class ConversationService:
@@ -229,6 +230,34 @@ class ConversationService:
             search.optimize_fulltext(self.engine)
         return removed, len(candidates)
 
+    def ranked(
+        self,
+        user_id: str,
+        query: str,
+        limit: int,
+        *,
+        exclude_turn_id: str | None = None,
+        project: str | None = search.ANY_PROJECT,
+    ) -> list[search.SearchHit]:
+        """The owner's messages ranked for `query` by the lexical index (any word may match,
+        quoted phrases required, best first, ties newest first), with their message ids and
+        scores: what `search` snippets, and what another ranking can fuse with. Blocking (call
+        it from a thread); errors propagate."""
+        parsed = parse_query(query)
+        if not parsed:
+            return []
+        with self.engine.connect() as connection:
+            one_statement_read(connection)
+            return search.search(
+                connection,
+                user_id,
+                parsed,
+                limit,
+                exclude_turn_id=exclude_turn_id,
+                postgres_config=self.search_config,
+                project=project,
+            )
+
     def _search(
         self,
         user_id: str,
@@ -239,21 +268,10 @@ class ConversationService:
         vector: Vector | None = None,
     ) -> list[SearchResult]:
         register_search(query, ())
-        words = query_words(query)
-        if not words:
-            return []
         semantic = self.semantic if vector is not None else None
-        with self.engine.connect() as connection:
-            one_statement_read(connection)
-            hits = search.search(
-                connection,
-                user_id,
-                words,
-                search.MAX_RESULTS if semantic is not None else limit,
-                exclude_turn_id=exclude_turn_id,
-                postgres_config=self.search_config,
-                project=project,
-            )
+        depth = search.MAX_RESULTS if semantic is not None else limit  # fused: a deeper list
+        hits = self.ranked(user_id, query, depth, exclude_turn_id=exclude_turn_id, project=project)
+        words = parse_query(query).words
         if semantic is not None and vector is not None:  # fused with the nearest messages
             hits = semantic.hybrid(
                 hits, user_id, vector, limit, project=project, exclude_turn_id=exclude_turn_id
@@ -266,6 +284,7 @@ class ConversationService:
                 hit.role,
                 snippet(hit.content, words),
                 hit.created_at,
+                hit.score,
             )
             for hit in hits
         ]
@@ -294,7 +313,7 @@ class ConversationService:
         With semantic search on, the query's vector is asked for first (a bounded wait that
         falls back to words alone, app/embeddings/semantic.py)."""
         vector = None
-        if self.semantic is not None and query_words(query):
+        if self.semantic is not None and parse_query(query):
             vector = await self.semantic.query_vector(query)
         return await to_thread(
             self._search, user_id, query, limit, exclude_turn_id, project, vector

@@ -10,13 +10,13 @@ search.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
 
 import structlog
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, literal, select
 
 from app.conversations.search import ANY_PROJECT, SearchHit
 from app.db.schema import conversation_messages, conversations
@@ -30,7 +30,6 @@ log = structlog.get_logger(__name__)
 
 RETRY_AFTER_SECONDS = 30.0
 DENSE_CANDIDATES = 50  # the nearest messages fused with as many lexical ones
-Hit = TypeVar("Hit")
 
 
 class SemanticSearch:
@@ -113,7 +112,7 @@ class SemanticSearch:
         dense = self.nearest(user_id, vector, project=project, exclude_turn_id=exclude_turn_id)
         if dense is None:
             return list(lexical[:limit])
-        return fuse(lexical, dense, limit, lambda hit: hit.message_id, self._hits(user_id))
+        return fuse(lexical, dense, limit, self._hits(user_id))
 
     def _hits(self, user_id: str) -> Callable[[list[int]], list[SearchHit]]:
         def fetch(ids: list[int]) -> list[SearchHit]:
@@ -126,6 +125,7 @@ class SemanticSearch:
                     messages.c.role,
                     messages.c.content,
                     messages.c.created_at,
+                    literal(0.0),
                 )
                 .select_from(messages.join(owners, owners.c.id == messages.c.conversation_id))
                 .where(messages.c.id.in_(ids), owners.c.user_id == user_id)
@@ -142,17 +142,20 @@ class SemanticSearch:
 
 
 def fuse(
-    lexical: Sequence[Hit],
+    lexical: Sequence[SearchHit],
     dense: Sequence[int],
     limit: int,
-    key: Callable[[Hit], int],
-    fetch: Callable[[list[int]], Sequence[Hit]],
-) -> list[Hit]:
-    """The best `limit` of both rankings (reciprocal rank fusion); `fetch` reads the hits that
-    only the dense ranking found."""
-    by_id = {key(hit): hit for hit in lexical}
+    fetch: Callable[[list[int]], Sequence[SearchHit]],
+) -> list[SearchHit]:
+    """The best `limit` of both rankings (reciprocal rank fusion), each scored by its fused
+    score; `fetch` reads the hits that only the dense ranking found."""
+    by_id = {hit.message_id: hit for hit in lexical}
     order = reciprocal_rank_fusion([list(by_id), list(dense)])[:limit]
-    missing = [message_id for message_id in order if message_id not in by_id]
+    missing = [message_id for message_id, _score in order if message_id not in by_id]
     if missing:
-        by_id.update((key(hit), hit) for hit in fetch(missing))
-    return [by_id[message_id] for message_id in order if message_id in by_id]
+        by_id.update((hit.message_id, hit) for hit in fetch(missing))
+    return [
+        dataclasses.replace(by_id[message_id], score=score)
+        for message_id, score in order
+        if message_id in by_id
+    ]

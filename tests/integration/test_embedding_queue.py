@@ -244,30 +244,37 @@ def test_reembed_replaces_vectors_of_another_model(vector_engine: Engine) -> Non
     assert models == ["model-b"] * 3
 
 
-def test_hybrid_search_finds_what_every_word_search_misses(vector_engine: Engine) -> None:
-    """The lexical search needs every word; the fused ranking also finds the message that
-    shares most of them (offline vectors: shared words, not meaning), and only the owner's."""
+def test_hybrid_search_fuses_the_owners_nearest_with_the_lexical_ranking(
+    vector_engine: Engine,
+) -> None:
+    """With vectors, a search returns the lexical hits fused with the owner's nearest messages
+    (offline vectors: shared words, not meaning): the message sharing most words first, every
+    lexical hit kept, no other person's message, fused scores best first."""
     user, other = f"u-{uuid.uuid4().hex}", f"o-{uuid.uuid4().hex}"
-    converse(vector_engine, user, "we booked the lisbon flights for may", "great")
+    converse(vector_engine, user, "we booked the lisbon flights for may", "great news")
+    converse(vector_engine, user, "flights are expensive", "lisbon is sunny")
     converse(vector_engine, other, "lisbon flights cancelled in may", "sad")
     embeddings = build_embeddings(settings(vector_engine), vector_engine)
     assert embeddings is not None and embeddings.worker is not None
     conversations = ConversationService(vector_engine)
 
-    async def scenario() -> tuple[list[str], list[str]]:
+    async def scenario() -> tuple[list[int], list[tuple[int, str, float]]]:
         assert embeddings.worker is not None
         await drain(embeddings.worker)
-        lexical = await conversations.search(user, "lisbon flights june", 5)
+        lexical = await conversations.search(user, "lisbon flights may", 10)
         conversations.semantic = embeddings.search
-        hybrid = await conversations.search(user, "lisbon flights june", 5)
+        hybrid = await conversations.search(user, "lisbon flights may", 10)
         await embeddings.aclose()
-        return [hit.snippet for hit in lexical], [hit.snippet for hit in hybrid]
+        return [hit.message_id for hit in lexical], [
+            (hit.message_id, hit.snippet, hit.score) for hit in hybrid
+        ]
 
     lexical, hybrid = asyncio.run(scenario())
-    assert lexical == []
-    assert len(hybrid) >= 1
-    assert "booked" in hybrid[0]
-    assert all("cancelled" not in snippet for snippet in hybrid)
+    assert "booked" in hybrid[0][1]
+    assert set(lexical) <= {message_id for message_id, _s, _f in hybrid}
+    assert all("cancelled" not in text for _id, text, _f in hybrid)
+    scores = [score for _id, _text, score in hybrid]
+    assert scores == sorted(scores, reverse=True)
 
 
 @pytest.mark.mariadb
