@@ -77,6 +77,7 @@ class EmbeddingWorker:
         self._backend: store.Backend | None = None
         self._cycles = 0
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     # -- one cycle ----------------------------------------------------------------------------
 
@@ -183,7 +184,7 @@ class EmbeddingWorker:
     async def run(self) -> None:
         """Cycles until cancelled: at once while there is work, every EMBEDDING_POLL_SECONDS
         when idle; an error (the database away) waits a poll and goes on."""
-        while True:
+        while not self._stopping.is_set():
             self._cycles += 1
             look_back = self._cycles % LOOKBACK_EVERY_CYCLES == 1
             try:
@@ -194,16 +195,24 @@ class EmbeddingWorker:
                 log.warning("embeddings.cycle_failed", error_type=type(error).__name__)
                 done = Cycle()
             if done.idle or done.failed:
-                await asyncio.sleep(self.limits.poll_seconds)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), self.limits.poll_seconds)
 
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self.run(), name="embedding-worker")
 
-    async def stop(self) -> None:
-        """Cancel the task; a claimed batch it drops is taken again once its lease expires."""
+    async def stop(self, grace_seconds: float = 5.0) -> None:
+        """Let the current cycle end (its database work returns its connection before the
+        engine is disposed), cancelling it past `grace_seconds`; a claimed batch it drops is
+        taken again once its lease expires."""
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        self._stopping.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), grace_seconds)
+        except TimeoutError:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

@@ -30,27 +30,15 @@ from app.memory.service import MemoryService
 from app.offline.transport import EmbeddingsTransport
 from app.settings import Settings, load_settings
 from tests.support.databases import migrated_engine, wipe
-from tests.support.embedding_servers import pgvector_cluster
+
+__all__ = ["pgvector_url", "vector_url"]  # fixtures
+from tests.support.embedding_servers import pgvector_url, vector_url
 
 
-@pytest.fixture(scope="session")
-def pgvector_url() -> Iterator[str]:
-    with pgvector_cluster() as url:
-        migrated_engine(url).dispose()
-        yield url
-
-
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("pgvector", marks=pytest.mark.postgres),
-    ]
-)
-def vector_engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+@pytest.fixture
+def vector_engine(vector_url: str) -> Iterator[Engine]:
     """A migrated, emptied database that stores vectors."""
-    engine = migrated_engine(str(request.getfixturevalue(f"{request.param}_url")))
-    wipe(engine)
+    engine = migrated_engine(vector_url)
     try:
         yield engine
     finally:

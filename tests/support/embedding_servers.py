@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Literal
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from app.offline.embeddings import embeddings_body
+from tests.support.databases import migrated_engine, wipe
 from tests.support.postgres_servers import POSTGRES_USER, private_directory, run
 from tests.support.server import free_port
 from tests.support.waiting import wait_for
@@ -118,3 +120,29 @@ class FaultyEndpoint:
         elif behaviour == "error":
             return JSONResponse({"error": {"message": "overloaded"}}, status_code=500)
         return JSONResponse(answer, status_code=status)
+
+
+@pytest.fixture(scope="session")
+def pgvector_url() -> Iterator[str]:
+    """A migrated database on a private PostgreSQL 16 with pgvector (import it into a test
+    module to use it)."""
+    with pgvector_cluster() as url:
+        migrated_engine(url).dispose()
+        yield url
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("pgvector", marks=pytest.mark.postgres),
+    ]
+)
+def vector_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each database that stores vectors, migrated and emptied: SQLite, PostgreSQL without
+    pgvector (bytes), PostgreSQL with it."""
+    url = str(request.getfixturevalue(f"{request.param}_url"))
+    engine = migrated_engine(url)
+    wipe(engine)
+    engine.dispose()
+    yield url
