@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, delete, func, select
 
 from app.concurrency import to_thread
 from app.conversations.repository import now
+from app.db.schema import conversation_messages, message_embeddings
 from app.embeddings import store
+from app.embeddings.client import EmbeddingConfig
 from app.embeddings.worker import EmbeddingWorker
+from app.settings import Settings
 
 
 @dataclass
@@ -25,10 +29,18 @@ class Progress:
 
 
 async def backfill(
-    worker: EmbeddingWorker, *, reembed: bool, report: Callable[[Progress], None]
+    worker: EmbeddingWorker,
+    *,
+    reembed: bool,
+    report: Callable[[Progress], None],
+    everything: bool = False,
 ) -> Progress:
+    """Queue and embed until every message has a vector (of the configured model when
+    `reembed`; `everything`: drop the configured model's vectors first, so all are made anew)."""
     engine: Engine = worker.engine
     model = worker.model if reembed else None
+    if everything:
+        await to_thread(_forget_model, worker)
     progress = Progress()
     cursor = 0
     exhausted = False
@@ -62,3 +74,33 @@ async def backfill(
     progress.waiting = await to_thread(waiting)
     report(progress)
     return progress
+
+
+def _forget_model(worker: EmbeddingWorker) -> None:
+    with worker.writing() as connection:
+        vectors = message_embeddings
+        connection.execute(delete(vectors).where(vectors.c.model == worker.model))
+
+
+def status(engine: Engine, settings: Settings) -> dict[str, object]:
+    """What `python -m app embeddings status` prints."""
+    config = EmbeddingConfig.from_settings(settings)
+    model = config.model if config else ""
+    vectors = message_embeddings
+    with engine.connect() as connection:
+
+        def count(query: Any) -> int:
+            return int(connection.execute(query).scalar() or 0)
+
+        return {
+            "storage": store.backend(connection),
+            "model": model,
+            "messages": count(select(func.count()).select_from(conversation_messages)),
+            "vectors of this model": count(
+                select(func.count()).select_from(vectors).where(vectors.c.model == model)
+            ),
+            "vectors of other models": count(
+                select(func.count()).select_from(vectors).where(vectors.c.model != model)
+            ),
+            "queued": store.pending(connection),
+        }
