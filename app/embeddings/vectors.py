@@ -36,10 +36,13 @@ def to_bytes(vector: Vector) -> bytes:
 
 
 def from_rows(blobs: Sequence[bytes], dimensions: int) -> npt.NDArray[np.float32]:
-    """Stacked stored vectors (one per row); a blob of another size leaves its row zero, which
-    ranks last."""
-    matrix = np.zeros((len(blobs), dimensions), dtype=np.float32)
+    """Stacked stored vectors (one per row), read in one pass; a blob of another size leaves
+    its row zero, which ranks last."""
     width = dimensions * STORED_DTYPE.itemsize
+    if all(blob is not None and len(blob) == width for blob in blobs):
+        joined = np.frombuffer(b"".join(blobs), dtype=STORED_DTYPE)
+        return joined.reshape(len(blobs), dimensions).astype(np.float32, copy=False)
+    matrix = np.zeros((len(blobs), dimensions), dtype=np.float32)
     for row, blob in enumerate(blobs):
         if blob is not None and len(blob) == width:
             matrix[row] = np.frombuffer(blob, dtype=STORED_DTYPE)
