@@ -63,6 +63,7 @@ from app.conversations.search_text import (
     postgres_parts,
     postgres_tsquery,
     sqlite_match,
+    text_bm25,
 )
 from app.db.schema import (
     SEARCH_BUCKET_COLUMN,
@@ -142,24 +143,43 @@ def _hits(score: Score) -> Select[Any]:
     ).select_from(_joined())
 
 
-# -- SQLite: FTS5 and its bm25() ---------------------------------------------------------------
+# -- SQLite: FTS5 finds, BM25 over the owner's matches in Python ---------------------------------
 
-# bm25() of the FTS5 table, the owner's column weighted 0 (it only scopes); FTS5's bm25 is
-# lower for better matches, so the score is its negation.
-_BM25: ColumnElement[Any] = literal_column(f"bm25({SEARCH_FTS_TABLE}, 1.0, 0.0)")
+# The owner's newest matches ranked (all of them but for a word in more of the owner's messages
+# than this): a bound on the cost of a word found almost everywhere.
+CANDIDATES = 5_000
 
 
-def _sqlite(exclude_turn: bool, limit: int, project_mode: int) -> Select[Any]:
+def _sqlite(exclude_turn: bool, project_mode: int) -> Select[Any]:
     """The owner's token and the query, intersected inside the index (the owner is also checked
-    on the join, like every strategy); every match of the owner's ranked by bm25()."""
-    score = -_BM25
+    on the join, like every strategy): the owner's newest CANDIDATES matches, taken newest first
+    from the index itself (by its rowid, the message id), ranked by `bm25_scores`."""
     return (
-        _hits(score)
+        _hits(literal(0.0))
         .join(_fts, _fts.c.rowid == messages.c.id)
         .where(text(f"{SEARCH_FTS_TABLE} MATCH :fts_query"), *_owned(exclude_turn, project_mode))
-        .order_by(_BM25, messages.c.id.desc())
-        .limit(limit)
+        .order_by(_fts.c.rowid.desc())
+        .limit(CANDIDATES)
     )
+
+
+def _owner_total(project_mode: int) -> Select[Any]:
+    """The owner's messages in scope: BM25's N (an index-only count)."""
+    return (
+        select(func.count())
+        .select_from(_joined())
+        .where(*_owned(exclude_turn=False, project_mode=project_mode))
+    )
+
+
+def bm25_scores(contents: list[str], query: SearchQuery, total: int) -> list[float]:
+    """BM25 (k1 1.2, b 0.75, Lucene's IDF) of each of the owner's matching messages for the
+    query's parts (`text_bm25`), with the owner's own statistics: N the owner's messages in
+    scope, each part's document frequency counted among the matches (every message holding a
+    part matches), the average length that of the matches. Not FTS5's bm25(): it counts the
+    whole table's rows for its IDF (every user's), which ranked a person's own rare words
+    lower and cost recall (docs/conversation-search.md)."""
+    return text_bm25(contents, query, total, K1, B)
 
 
 # -- PostgreSQL: BM25 over the owner's matches ---------------------------------------------------
@@ -308,7 +328,7 @@ def _shape(
     bind parameter (`_values`): built once per shape, as building it costs more than the
     search of a rare word."""
     if dialect == "sqlite":
-        return _sqlite(exclude_turn, limit, project_mode)
+        return _sqlite(exclude_turn, project_mode)
     if dialect == "postgresql":
         return _postgres(terms + phrases, exclude_turn, limit, bucket, project_mode)
     if dialect in ("mysql", "mariadb"):
@@ -417,6 +437,8 @@ def search(
     shape, values = _prepared(
         dialect, user_id, parsed, limit, exclude_turn_id, postgres_config, project
     )
+    if dialect == "sqlite":
+        return _ranked_here(connection, shape, values, parsed, limit, _project_mode(project))
     if dialect != "postgresql":
         return [SearchHit(*row) for row in connection.execute(shape, values).all()]
     # Planned for its own words and owner every time, never prepared: psycopg prepares a
@@ -430,6 +452,36 @@ def search(
         return [SearchHit(*row) for row in connection.execute(shape, values).all()]
     finally:
         driver.prepare_threshold = threshold  # type: ignore[union-attr]
+
+
+def _ranked_here(
+    connection: Connection,
+    shape: Select[Any],
+    values: dict[str, Any],
+    query: SearchQuery,
+    limit: int,
+    project_mode: int,
+) -> list[SearchHit]:
+    rows = connection.execute(shape, values).all()
+    if not rows:
+        return []
+    count_values = {key: value for key, value in values.items() if key != "exclude_turn_id"}
+    total = connection.execute(_total_shape(project_mode), count_values).scalar_one()
+    scores = bm25_scores([row.content for row in rows], query, max(int(total), len(rows)))
+    best = sorted(range(len(rows)), key=lambda index: (-scores[index], -rows[index].id))
+    return [
+        SearchHit(
+            row.id, row.conversation_id, row.title, row.role, row.content, row.created_at, score
+        )
+        for row, score in (
+            (rows[index], scores[index]) for index in best[: max(1, min(limit, MAX_RESULTS))]
+        )
+    ]
+
+
+@functools.lru_cache(maxsize=8)
+def _total_shape(project_mode: int) -> Select[Any]:
+    return _owner_total(project_mode)
 
 
 # FTS5 keeps a deleted row's terms in its index segments (the `_data` shadow table) until the

@@ -10,7 +10,9 @@ syntax read is a pair of double quotes, which makes the words between them a phr
 
 from __future__ import annotations
 
+import math
 import re
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -197,6 +199,64 @@ def parse_query(text: str) -> SearchQuery:
         # left out; alone it is searched as a word.
         terms, prefix = (terms[:-1] if len(terms) > 1 or phrases else terms), False
     return SearchQuery(tuple(terms), tuple(phrases), prefix)
+
+
+def fold(word: str) -> str:
+    """A word as SQLite's index compares it: lower case, diacritics removed (unicode61's
+    remove_diacritics 2 for the scripts that carry them)."""
+    word = word.lower()
+    if word.isascii():
+        return word
+    return "".join(
+        char for char in unicodedata.normalize("NFKD", word) if not unicodedata.combining(char)
+    )
+
+
+def _tokens(content: str) -> list[str]:
+    return [fold(content[start:end]) for start, end in word_spans(content)]
+
+
+def _occurrences(tokens: list[str], part: str | tuple[str, ...], prefix: bool) -> int:
+    if isinstance(part, tuple):
+        size = len(part)
+        return sum(
+            1 for at in range(len(tokens) - size + 1) if tuple(tokens[at : at + size]) == part
+        )
+    if prefix:
+        return sum(1 for token in tokens if token.startswith(part))
+    return tokens.count(part)
+
+
+def text_bm25(
+    contents: list[str], query: SearchQuery, total: int, k1: float, b: float
+) -> list[float]:
+    """BM25 of each text for the query's parts (each term, the last one as a prefix when
+    typed so; each phrase), with Lucene's IDF ln(1 + (N - n + 0.5) / (n + 0.5)), N = `total`
+    and n the texts holding the part; lengths in words, normalized by the texts' average."""
+    last = len(query.terms) - 1
+    parts = [
+        (
+            fold(part) if isinstance(part, str) else tuple(fold(word) for word in part),
+            query.prefix and index == last,
+        )
+        for index, part in enumerate(query.parts)
+    ]
+    tokenized = [_tokens(content) for content in contents]
+    counts = [
+        [_occurrences(tokens, part, prefix) for part, prefix in parts] for tokens in tokenized
+    ]
+    average = max(1.0, sum(len(tokens) for tokens in tokenized) / max(1, len(tokenized)))
+    idfs = []
+    for index in range(len(parts)):
+        held = sum(1 for row in counts if row[index])
+        idfs.append(math.log(1 + (total - held + 0.5) / (held + 0.5)))
+    scores = []
+    for tokens, row in zip(tokenized, counts, strict=True):
+        norm = k1 * (1 - b + b * len(tokens) / average)
+        scores.append(
+            sum(idf * tf * (k1 + 1) / (tf + norm) for idf, tf in zip(idfs, row, strict=True))
+        )
+    return scores
 
 
 def _fts_term(word: str, prefix: bool) -> str:

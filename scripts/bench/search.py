@@ -4,8 +4,10 @@ snippets), one query at a time.
 
 Messages are 12-30 words drawn from a 20,000-word vocabulary with Zipf-like frequencies, so
 some words are in most messages and most words are rare. Queries come in classes by how often
-their words occur: `rare`, `mid`, `common` (one word each), `two_words` (two mid words, both
-required) and `prefix` (the first four letters of a mid word). Loading is bulk (executemany on
+their words occur: `rare`, `mid`, `common` (one word each), `two_words` (two mid words),
+`prefix` (the first four letters of a mid word), `question` (a question naming a mid and a
+common word among function words) and `three_words` (a rare, a mid and a common word); any
+word may match and every match of the user's is ranked (BM25). Loading is bulk (executemany on
 SQLite, COPY on PostgreSQL, with the indexes built after the load, as migrations 0006 and 0007
 backfill).
 
@@ -43,7 +45,6 @@ import psycopg  # noqa: E402
 from sqlalchemy import Engine, text  # noqa: E402
 
 from app.conversations.search import statement  # noqa: E402
-from app.conversations.search_text import query_words  # noqa: E402
 from app.conversations.service import ConversationService  # noqa: E402
 from app.db.engine import build_engine  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
@@ -53,7 +54,11 @@ from app.db.schema import (  # noqa: E402
     postgres_bucket_indexes,
 )
 from scripts.bench._common import RESULTS, percentile, write_results  # noqa: E402
-from tests.support.databases import migrated_engine, postgres_database  # noqa: E402
+from tests.support.databases import (  # noqa: E402
+    mariadb_database,
+    migrated_engine,
+    postgres_database,
+)
 
 USER = "bench-user"
 PER_CONVERSATION = 100
@@ -171,6 +176,14 @@ def query_classes(words: list[str], rng: random.Random, n: int) -> dict[str, lis
         "common": [pick(20, 200) for _ in range(n)],
         "two_words": [f"{pick(300, 3_000)} {pick(300, 3_000)}" for _ in range(n)],
         "prefix": [pick(500, 3_000)[:4] for _ in range(n)],
+        # Any word may match (ranked search): a question with function words, and three words
+        # of different rarity, the common one matching hundreds of the user's messages.
+        "question": [
+            f"what did we say about {pick(500, 3_000)} and {pick(20, 200)}?" for _ in range(n)
+        ],
+        "three_words": [
+            f"{pick(8_000, VOCABULARY)} {pick(500, 3_000)} {pick(20, 200)}" for _ in range(n)
+        ],
     }
 
 
@@ -211,9 +224,7 @@ def explain(engine: Engine, queries: dict[str, list[str]], count: int) -> dict[s
             times: list[float] = []
             slowest = ""
             for query in texts[:count]:
-                compiled = statement("postgresql", USER, query_words(query), 10).compile(
-                    dialect=engine.dialect
-                )
+                compiled = statement("postgresql", USER, query, 10).compile(dialect=engine.dialect)
                 rows = connection.exec_driver_sql(
                     f"EXPLAIN (ANALYZE, BUFFERS) {compiled}", compiled.params
                 ).all()
@@ -240,7 +251,7 @@ def database(dialect: str) -> Iterator[Engine]:
             yield engine
             engine.dispose()
         return
-    with postgres_database() as url:
+    with mariadb_database() if dialect == "mariadb" else postgres_database() as url:
         engine = migrated_engine(url)
         yield engine
         engine.dispose()
@@ -269,7 +280,7 @@ def main() -> None:
     results: dict[str, Any] = {
         "total_messages": args.total,
         "user_messages": args.user,
-        "goal_p95_ms": 20,
+        "goal_p95_ms": 50,
         **earlier(args.out, args.total, args.user),
     }
     for dialect in args.dialects.split(","):
