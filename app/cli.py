@@ -281,6 +281,50 @@ def cmd_purge(_args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_embeddings(args: argparse.Namespace) -> int:
+    """Backfill, re-embed or report the vectors of semantic search (app/embeddings/)."""
+    import asyncio
+
+    from app.embeddings.backfill import Progress, backfill, status
+    from app.embeddings.setup import build_embeddings
+
+    settings = get_settings()
+    if settings.embedding_base_url is None:
+        return _fail("EMBEDDING_BASE_URL is not set: semantic search is off")
+    with _database(settings) as engine:
+        if args.embeddings_command == "status":
+            for name, value in status(engine, settings).items():
+                print(f"{name}: {value}")
+            return 0
+        working = settings.model_copy(update={"embedding_worker": True})
+        embeddings = build_embeddings(working, engine)
+        if embeddings is None or embeddings.worker is None:
+            return _fail(f"{engine.dialect.name} stores no vectors: search there is lexical only")
+        worker = embeddings.worker
+
+        def report(progress: Progress) -> None:
+            print(
+                f"queued {progress.queued}, embedded {progress.embedded}, failed {progress.failed}",
+                flush=True,
+            )
+
+        async def run() -> Progress:
+            try:
+                return await backfill(
+                    worker,
+                    reembed=args.embeddings_command == "reembed",
+                    report=report,
+                    everything=bool(getattr(args, "all", False)),
+                )
+            finally:
+                await embeddings.aclose()
+
+        done = asyncio.run(run())
+    if done.waiting:
+        print(f"{done.waiting} job(s) wait for a retry: the servers' workers will finish them")
+    return 0
+
+
 # -- parser ---------------------------------------------------------------------------------
 
 
@@ -394,6 +438,42 @@ def build_parser() -> argparse.ArgumentParser:
         "RETENTION_BATCH_SIZE. Idempotent and safe on every replica at once (e.g. from cron).",
     )
     purge.set_defaults(handler=cmd_purge)
+
+    embeddings = commands.add_parser(
+        "embeddings",
+        help="backfill or re-embed the vectors of semantic search",
+        description="Semantic search (EMBEDDING_BASE_URL; docs/conversation-search.md): make "
+        "the vectors of stored messages in this process, sharing the queue with the servers.",
+    )
+    embedding_commands = embeddings.add_subparsers(
+        dest="embeddings_command", required=True, metavar="ACTION"
+    )
+    embedding_commands.add_parser(
+        "backfill",
+        help="embed every message that has no vector yet",
+        description="Queue and embed every stored message without a vector (e.g. after "
+        "turning semantic search on, or messages a worker missed). Idempotent.",
+    ).set_defaults(handler=cmd_embeddings)
+    reembed = embedding_commands.add_parser(
+        "reembed",
+        help="embed again every message whose vector is of another model",
+        description="After EMBEDDING_MODEL changed: vectors record their model, and a search "
+        "compares only the configured model's, so until this ends search finds fewer messages "
+        "by meaning (never fewer by words).",
+    )
+    reembed.add_argument(
+        "--all",
+        action="store_true",
+        help="embed every message again, the configured model's too (e.g. after pgvector was "
+        "installed: the vectors move into its column)",
+    )
+    reembed.set_defaults(handler=cmd_embeddings)
+    embedding_commands.add_parser(
+        "status",
+        help="print how many messages have vectors and how many wait",
+        description="Messages, vectors of the configured model and of others, queued jobs, "
+        "and where vectors are stored (pgvector, bytes, none).",
+    ).set_defaults(handler=cmd_embeddings)
     return parser
 
 

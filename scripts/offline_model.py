@@ -5,7 +5,11 @@ Anything that speaks the OpenAI protocol can use it, including this service itse
     python scripts/offline_model.py --port 8081
     LLM_BASE_URL=http://127.0.0.1:8081/v1 LLM_API_KEY=unused python -m app serve
 
-The replies are exactly those of the in-process offline model (`app/offline/`).
+The replies are exactly those of the in-process offline model (`app/offline/`). It also answers
+`POST /v1/embeddings` with deterministic hashed bag-of-words vectors (not semantic):
+
+    EMBEDDING_BASE_URL=http://127.0.0.1:8081/v1 EMBEDDING_MODEL=offline-hash-1 \
+        EMBEDDING_DIMENSIONS=256 python -m app serve
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from starlette.routing import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.offline.model import OfflineModel  # noqa: E402 (after the path setup above)
+from app.offline.embeddings import embeddings_body  # noqa: E402 (after the path setup above)
+from app.offline.model import OfflineModel  # noqa: E402
 from app.offline.wire import (  # noqa: E402
     OFFLINE_MODEL_NAME,
     ChatRequest,
@@ -54,6 +59,15 @@ def build_app(delay_ms: int = 15) -> Starlette:
             )
         return JSONResponse(completion_body(chat, reply))
 
+    async def embeddings(request: Request) -> Response:
+        """Deterministic hashed bag-of-words vectors: not semantic (app/offline/embeddings.py)."""
+        try:
+            body: Any = json.loads(await request.body())
+        except ValueError:
+            return JSONResponse({"error": {"message": "invalid JSON"}}, status_code=400)
+        status, answer = embeddings_body(body)
+        return JSONResponse(answer, status_code=status)
+
     async def models(_request: Request) -> Response:
         return JSONResponse(
             {
@@ -72,6 +86,7 @@ def build_app(delay_ms: int = 15) -> Starlette:
     return Starlette(
         routes=[
             Route("/v1/chat/completions", completions, methods=["POST"]),
+            Route("/v1/embeddings", embeddings, methods=["POST"]),
             Route("/v1/models", models, methods=["GET"]),
         ]
     )

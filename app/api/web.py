@@ -74,4 +74,14 @@ async def info(runtime: RuntimeDep) -> dict[str, Any]:
         "offline": settings.offline_model,
         "auth_mode": settings.auth_mode,
         "memory_enabled": await runtime.flags.memory_enabled(),
+        # Semantic search: null when off; `semantic` is false for the offline model's hashed
+        # words (app/offline/embeddings.py), which find shared words, not meaning.
+        "embeddings": (
+            None
+            if runtime.embeddings is None
+            else {
+                "model": runtime.embeddings.client.config.model,
+                "semantic": runtime.embeddings.client.config.semantic,
+            }
+        ),
     }

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import structlog
 from sqlalchemy import Connection, Engine
@@ -23,6 +24,10 @@ from app.db.engine import SQLITE_IMMEDIATE, one_statement_read
 from app.operators.limits import SlotRelease
 from app.operators.usage import TurnUsage
 from app.telemetry.sensitive import register_search
+
+if TYPE_CHECKING:
+    from app.embeddings.semantic import SemanticSearch
+    from app.embeddings.vectors import Vector
 
 log = structlog.get_logger(__name__)
 
@@ -73,6 +78,7 @@ class ConversationService:
         self.engine = engine
         self.search_config = search_config  # PostgreSQL's text search configuration
         self.durable = durable  # TRANSCRIPT_COMMIT
+        self.semantic: SemanticSearch | None = None  # set when EMBEDDING_BASE_URL is (runtime)
 
     # -- reads and deletes for the owner (errors propagate: the routes answer them) ------------
 
@@ -259,10 +265,17 @@ class ConversationService:
         limit: int,
         exclude_turn_id: str | None,
         project: str | None = search.ANY_PROJECT,
+        vector: Vector | None = None,
     ) -> list[SearchResult]:
         register_search(query, ())
-        hits = self.ranked(user_id, query, limit, exclude_turn_id=exclude_turn_id, project=project)
+        semantic = self.semantic if vector is not None else None
+        depth = search.MAX_RESULTS if semantic is not None else limit  # fused: a deeper list
+        hits = self.ranked(user_id, query, depth, exclude_turn_id=exclude_turn_id, project=project)
         words = parse_query(query).words
+        if semantic is not None and vector is not None:  # fused with the nearest messages
+            hits = semantic.hybrid(
+                hits, user_id, vector, limit, project=project, exclude_turn_id=exclude_turn_id
+            )
         results = [
             SearchResult(
                 hit.message_id,
@@ -296,8 +309,15 @@ class ConversationService:
     ) -> list[SearchResult]:
         """The owner's best-matching messages for `query`, read as words (never as syntax);
         `exclude_turn_id` leaves out one turn's messages (the turn that is searching);
-        `project`: one project's conversations, or (None) only those outside projects."""
-        return await to_thread(self._search, user_id, query, limit, exclude_turn_id, project)
+        `project`: one project's conversations, or (None) only those outside projects.
+        With semantic search on, the query's vector is asked for first (a bounded wait that
+        falls back to words alone, app/embeddings/semantic.py)."""
+        vector = None
+        if self.semantic is not None and parse_query(query):
+            vector = await self.semantic.query_vector(query)
+        return await to_thread(
+            self._search, user_id, query, limit, exclude_turn_id, project, vector
+        )
 
     # -- best-effort writes during a turn ------------------------------------------------------
 

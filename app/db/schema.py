@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKeyConstraint,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     SmallInteger,
@@ -291,9 +292,60 @@ def postgres_bucket_indexes() -> list[str]:
 def is_search_object(name: str | None) -> bool:
     """Whether a table, column or index belongs to the search engines (not to the metadata)."""
     return name is not None and (
-        name.startswith((SEARCH_FTS_TABLE, SEARCH_INDEX))
-        or name in (SEARCH_VECTOR_COLUMN, SEARCH_BUCKET_COLUMN)
+        name.startswith((SEARCH_FTS_TABLE, SEARCH_INDEX, PGVECTOR_INDEX))
+        or name in (SEARCH_VECTOR_COLUMN, SEARCH_BUCKET_COLUMN, PGVECTOR_COLUMN)
     )
+
+
+# -- semantic search (revision 0016, app/embeddings/) ------------------------------------------
+# One vector per message (float32 bytes, unit length; on PostgreSQL with pgvector the `embedding`
+# column of type vector instead, outside the metadata) and the queue of messages to embed. Both
+# go with their message (ON DELETE CASCADE): every delete path removes them.
+
+PGVECTOR_COLUMN = "embedding"
+PGVECTOR_INDEX = f"ix_{PREFIX}message_embeddings_hnsw"
+
+message_embeddings = Table(
+    f"{PREFIX}message_embeddings",
+    metadata,
+    Column("message_id", Integer, nullable=False, autoincrement=False),
+    Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("model", String(200), nullable=False),
+    Column("dimensions", Integer, nullable=False),
+    Column("vector", LargeBinary, nullable=True),  # NULL where pgvector's column holds it
+    Column("created_at", precise_timestamp(), nullable=False),
+    PrimaryKeyConstraint("message_id", name=f"pk_{PREFIX}message_embeddings"),
+    ForeignKeyConstraint(
+        ["message_id"],
+        [conversation_messages.c.id],
+        name=f"fk_{PREFIX}message_embeddings_message",
+        ondelete="CASCADE",
+    ),
+    Index(f"ix_{PREFIX}message_embeddings_owner", "user_id", "model"),
+    **MYSQL_OPTIONS,
+)
+
+embedding_jobs = Table(
+    f"{PREFIX}embedding_jobs",
+    metadata,
+    Column("message_id", Integer, nullable=False, autoincrement=False),
+    Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("not_before", precise_timestamp(), nullable=False),
+    # The worker holding the job and until when: another worker takes it only once expired.
+    Column("lease_token", Identifier(ID_CHARS), nullable=True),
+    Column("lease_until", precise_timestamp(), nullable=True),
+    PrimaryKeyConstraint("message_id", name=f"pk_{PREFIX}embedding_jobs"),
+    ForeignKeyConstraint(
+        ["message_id"],
+        [conversation_messages.c.id],
+        name=f"fk_{PREFIX}embedding_jobs_message",
+        ondelete="CASCADE",
+    ),
+    Index(f"ix_{PREFIX}embedding_jobs_due", "not_before"),
+    Index(f"ix_{PREFIX}embedding_jobs_user", "user_id"),
+    **MYSQL_OPTIONS,
+)
 
 
 # -- operators (revision 0011): per-user limits, usage accounting, the audit log ---------------

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 
+from app.offline.embeddings import embeddings_body
 from app.offline.model import OfflineModel
 from app.offline.wire import ChatRequest, Reply, completion_body, stream_body
 
@@ -59,3 +60,18 @@ class ChatCompletionsTransport(httpx.AsyncBaseTransport):
 
 def offline_transport(delay_ms: int) -> ChatCompletionsTransport:
     return ChatCompletionsTransport(OfflineModel(), delay_seconds=delay_ms / 1000)
+
+
+class EmbeddingsTransport(httpx.AsyncBaseTransport):
+    """Answers `POST .../embeddings` in process with the offline model's hashed vectors
+    (EMBEDDING_BASE_URL=offline)."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method != "POST" or not request.url.path.endswith("/embeddings"):
+            return httpx.Response(404, json={"error": {"message": "not found"}})
+        try:
+            body = json.loads(await request.aread())
+        except ValueError:
+            return httpx.Response(400, json={"error": {"message": "invalid JSON"}})
+        status, answer = embeddings_body(body)
+        return httpx.Response(status, json=answer)

@@ -106,6 +106,23 @@ LIMIT_CHECKS_FAILED = Counter(
     "Limit checks that could not reach the database in time (the request was served).",
 )
 
+# Semantic search (app/embeddings/): a search that answered by words alone, and why; the
+# worker's embedding jobs by outcome.
+SemanticFallback = Literal["timeout", "unavailable", "invalid", "recent_failure", "store_error"]
+SEMANTIC_FALLBACKS = Counter(
+    "amem_search_semantic_fallback",
+    "Searches answered by words alone because the query's embedding or the vectors failed "
+    "(timeout, unavailable, invalid answer, recent_failure: skipped after a failure, "
+    "store_error).",
+    ["reason"],
+)
+EmbeddingOutcome = Literal["embedded", "retried", "abandoned"]
+EMBEDDING_JOBS = Counter(
+    "amem_embedding_jobs",
+    "Messages the embedding worker handled, by outcome (embedded, retried, abandoned).",
+    ["outcome"],
+)
+
 
 def _code(value: str | None) -> str:
     return value if value is not None and _CODE.match(value) else "other"
@@ -171,6 +188,14 @@ def rate_limited(caller: Literal["user", "eval", "import"], limit: str) -> None:
 
 def limit_check_failed() -> None:
     LIMIT_CHECKS_FAILED.inc()
+
+
+def semantic_fallback(reason: SemanticFallback) -> None:
+    SEMANTIC_FALLBACKS.labels(reason).inc()
+
+
+def embedding_jobs(outcome: EmbeddingOutcome, count: int = 1) -> None:
+    EMBEDDING_JOBS.labels(outcome).inc(count)
 
 
 def stream_opened() -> None:

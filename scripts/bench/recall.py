@@ -15,8 +15,11 @@ words:
   message cut into the same words as the search cuts them, function words left out.
 - `dense` and `bm25s+dense` (reciprocal rank fusion, k 60): only when EMBEDDING_BASE_URL and
   EMBEDDING_MODEL name an OpenAI-compatible `/v1/embeddings` (EMBEDDING_API_KEY,
-  EMBEDDING_QUERY_PREFIX and EMBEDDING_DOCUMENT_PREFIX optional), embedded with the openai SDK
-  here, cosine similarity.
+  EMBEDDING_QUERY_PREFIX, EMBEDDING_DOCUMENT_PREFIX and EMBEDDING_INPUT_TYPE optional),
+  embedded with the openai SDK here, cosine similarity.
+- `service_hybrid` (SQLite, PostgreSQL): the service's own semantic search with those settings
+  (EMBEDDING_DIMENSIONS too): its worker embeds the stored messages, and each question is
+  searched as the route does it (app/embeddings/), with its time after the vector arrived.
 
 Datasets: `--small` (default) is tests/data/recall_small.json, this repository's own; `--locomo
 PATH` reads LoCoMo (Maharana et al., 2024, "Evaluating Very Long-Term Conversational Memory of
@@ -240,6 +243,7 @@ def embedding_settings() -> dict[str, str] | None:
         "api_key": os.environ.get("EMBEDDING_API_KEY") or "none",
         "query_prefix": os.environ.get("EMBEDDING_QUERY_PREFIX", ""),
         "document_prefix": os.environ.get("EMBEDDING_DOCUMENT_PREFIX", ""),
+        "input_type": os.environ.get("EMBEDDING_INPUT_TYPE", "false"),
     }
 
 
@@ -251,11 +255,16 @@ def dense_baseline(config: dict[str, str]) -> Ranker:
 
     client = OpenAI(base_url=config["base_url"], api_key=config["api_key"])
 
-    def embed(texts: list[str]) -> Any:
+    def embed(texts: list[str], kind: str = "document") -> Any:
         vectors = []
+        typed = config["input_type"].lower() == "true"
         for start in range(0, len(texts), 64):
             batch = texts[start : start + 64]
-            answer = client.embeddings.create(model=config["model"], input=batch)
+            answer = client.embeddings.create(
+                model=config["model"],
+                input=batch,
+                extra_body={"input_type": kind} if typed else None,
+            )
             vectors.extend(item.embedding for item in answer.data)
         matrix = np.asarray(vectors, dtype=np.float32)
         return matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
@@ -268,9 +277,46 @@ def dense_baseline(config: dict[str, str]) -> Ranker:
             prefixed = [config["document_prefix"] + person.texts[turn] for turn in turns]
             indexes[person.id] = (embed(prefixed), turns)
         matrix, turns = indexes[person.id]
-        query = embed([config["query_prefix"] + question.text])[0]
+        query = embed([config["query_prefix"] + question.text], "query")[0]
         order = np.argsort(-(matrix @ query))[: max(KS)]
         return [turns[int(index)] for index in order]
+
+    return rank
+
+
+def service_hybrid(engine: Engine, by_message: dict[int, str], timings: list[float]) -> Ranker:
+    """The service's own semantic search (app/embeddings/): its worker embeds the stored
+    messages through the configured endpoint (EMBEDDING_* settings), then each question is
+    searched as a route searches it, the question's vector (whole, as the dense baseline) fused
+    with the ranking of its content words; `timings` gets each search's time after the vector
+    arrived (storage, nearest, lexical, fusion, snippets)."""
+    from app.conversations.search import ANY_PROJECT
+    from app.embeddings.setup import build_embeddings
+    from app.settings import load_settings
+
+    settings = load_settings(database_url=engine.url.render_as_string(hide_password=False))
+    embeddings = build_embeddings(settings, engine)
+    if embeddings is None or embeddings.worker is None:
+        raise SystemExit(f"{engine.dialect.name} stores no vectors")
+    worker, semantic = embeddings.worker, embeddings.search
+
+    async def embed_all() -> None:
+        while not (await worker.cycle()).idle:
+            pass
+
+    asyncio.run(embed_all())
+    service = ConversationService(engine)
+    service.semantic = semantic
+    loop = asyncio.new_event_loop()
+
+    def rank(person: Person, question: Question) -> list[str]:
+        vector = loop.run_until_complete(semantic.query_vector(question.text))
+        began = time.perf_counter()
+        found = service._search(
+            owner_of(person), content_query(question.text), max(KS), None, ANY_PROJECT, vector
+        )
+        timings.append((time.perf_counter() - began) * 1000)
+        return [by_message[hit.message_id] for hit in found]
 
     return rank
 
@@ -338,6 +384,16 @@ def evaluate(engine: Engine, people: Sequence[Person]) -> dict[str, Any]:
         figures["dense"] = recall(people, dense)
         figures["bm25s+dense"] = recall(people, fused(bm25, dense))
         figures["search+dense"] = recall(people, fused(search, dense))
+        if engine.dialect.name in ("sqlite", "postgresql"):
+            hybrid_timings: list[float] = []
+            hybrid = cached(service_hybrid(engine, by_message, hybrid_timings))
+            figures["service_hybrid"] = recall(people, hybrid)
+            from scripts.bench._common import percentile as pct
+
+            figures["service_hybrid_ms"] = {
+                "p50": round(pct(hybrid_timings, 0.5), 2),
+                "p95": round(pct(hybrid_timings, 0.95), 2),
+            }
     from scripts.bench._common import percentile
 
     figures["search_ms"] = {
@@ -371,7 +427,7 @@ def main() -> None:
             results[dialect] = evaluate(engine, people)
         row = results[dialect]
         print(f"{dialect}: {row['messages']} messages, {row['questions']} questions")
-        for name in ("search", "bm25s", "dense", "bm25s+dense", "search+dense"):
+        for name in ("search", "bm25s", "dense", "bm25s+dense", "search+dense", "service_hybrid"):
             if name in row:
                 print(f"  {name:13} " + "  ".join(f"{k} {v:.3f}" for k, v in row[name].items()))
         print(f"  search p50 {row['search_ms']['p50']} ms, p95 {row['search_ms']['p95']} ms")

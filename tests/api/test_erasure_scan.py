@@ -62,6 +62,10 @@ def test_erasing_a_person_leaves_nothing_of_them_in_any_table(engine: Engine, ur
         "fts_owner_token",
         "postgres_owner_lexeme",
     }
+    # Semantic search's vectors and queued jobs name their owner: the scan reads them too.
+    assert {"amem_message_embeddings:subject", "amem_embedding_jobs:subject"} <= set(
+        scan(engine, {"subject": person.subject})
+    )
     response = httpx.request(
         "DELETE",
         f"{url}/v1/account",

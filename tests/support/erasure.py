@@ -7,8 +7,9 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
+import numpy as np
 from sqlalchemy import URL, Engine, inspect, make_url, text
 
 from app.conversations import repository as transcripts
@@ -156,7 +157,23 @@ def plant(engine: Engine, subject: str) -> Planted:
         "fts_owner_token": owner_token(subject),
         "postgres_owner_lexeme": postgres_owner_lexeme(subject),
     }
+    _embed(engine)
     return planted
+
+
+def _embed(engine: Engine) -> None:
+    """Semantic search's rows for every message: a vector (the offline model's) and, under
+    another model, a queued job, so the scan reads both tables (app/embeddings/store.py)."""
+    from app.embeddings import store
+    from app.offline.embeddings import embed_text
+
+    stamp = transcripts.now()
+    with engine.begin() as connection:
+        store.discover(connection, 0, 10_000, "scan-model", stamp)
+        held = store.claim(connection, "scan", stamp, timedelta(minutes=5), 10_000)
+        made = [(job, np.asarray(embed_text(job.content), dtype=np.float32)) for job in held]
+        store.save(connection, "scan", made, "scan-model", "bytes", stamp)
+        store.discover(connection, 0, 10_000, "scan-model-2", stamp)
 
 
 def _text(value: object) -> str:
