@@ -129,7 +129,7 @@ def test_an_expired_entry_is_gone_frees_its_room_and_undo_restores_it(
     """Past its time the entry is absent from GET (its characters freed, so an add that did not
     fit now does); the write that found it recorded `expired` before its own change; undoing
     that brings the entry back to stay (no expiry)."""
-    keep, going = "k" * 1000, "g" * 360
+    keep, going = "k" * 1000, "g" * (1375 - 1000 - 3)  # full, delimiter included
     assert ops(client, {"target": "user", "action": "add", "content": keep}).status_code == 200
     full = ops(client, {"target": "user", "action": "add", "content": going, "until": in_days(2)})
     assert full.json()["user"]["characters"] == 1375
