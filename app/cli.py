@@ -255,6 +255,7 @@ def cmd_purge(_args: argparse.Namespace) -> int:
         conversation_days=settings.retention_conversation_days,
         history_days=settings.retention_history_days,
         batch_size=settings.retention_batch_size,
+        temporary_hours=settings.temporary_chat_hours,
     )
     try:
         with _database(settings) as engine:
@@ -271,7 +272,10 @@ def cmd_purge(_args: argparse.Namespace) -> int:
         f"purged: conversations: {report.conversations} "
         f"(RETENTION_CONVERSATION_DAYS={policy.conversation_days or 'off'}), "
         f"history entries: {report.history_entries} "
-        f"(RETENTION_HISTORY_DAYS={policy.history_days or 'off'})"
+        f"(RETENTION_HISTORY_DAYS={policy.history_days or 'off'}), "
+        f"temporary chats: {report.temporary_chats} "
+        f"(TEMPORARY_CHAT_HOURS={policy.temporary_hours}), "
+        f"expired memory entries: {report.expired_entries}"
     )
     if report.unfinished_erasures:
         print(

@@ -157,6 +157,8 @@ class Settings(BaseSettings):
     retention_conversation_days: int = Field(default=0, ge=0, le=36_500)
     retention_history_days: int = Field(default=0, ge=0, le=36_500)
     retention_batch_size: int = Field(default=100, ge=1, le=10_000)
+    # Temporary chats: `python -m app purge` deletes them this many hours after they began.
+    temporary_chat_hours: int = Field(default=24, ge=1, le=8_760)
 
     # Per-caller limits, 0 = off (docs/operations.md#limits-usage-and-audit)
     user_max_streams: int = Field(default=4, ge=0, le=1000)

@@ -120,7 +120,7 @@ async def _open(
         cancel_event=cancel_event,
         opened_at=opened_at,
         begun_at=begun_at,
-        search=services.search if request.user_id is not None else None,
+        search=services.search if request.user_id is not None and not request.temporary else None,
         search_timeout_seconds=services.settings.search_timeout_seconds,
         project_id=request.project_id,
         project_name=request.project_name,
@@ -147,6 +147,8 @@ async def _load_memory(
     turn, never the MEMORY_ENABLED default)."""
     flags, memory, user_id = services.flags, services.memory, request.user_id
     if user_id is None or not uses_memory or flags is None or memory is None:
+        return _DISABLED
+    if request.temporary:  # nothing of memory is read, not even for the counts
         return _DISABLED
     flag = await flags.memory_status(seconds=remaining(deadline))
     if flag == "unavailable":
@@ -213,6 +215,7 @@ async def _store_message(
                     request.project_id,
                     conversation_id=tried.conversation_id if tried else None,
                     retried=tried is not None,
+                    temporary=request.temporary,
                 ),
                 what="conversation create",
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -106,7 +107,9 @@ class PromptLibrary:
         `tags`: the memory block's tags, fresh for every call unless a test pins them."""
         tags = tags or new_block_tags()
         withheld = self.withheld.of(memory.owner)
-        variables = {**memory.variables(tags, withheld), "search_tool": search}
+        # `today` (v4): the date a remember-until day is read against ("until the 20th").
+        today = datetime.now(UTC).date().isoformat()
+        variables = {**memory.variables(tags, withheld), "search_tool": search, "today": today}
         return self.template("system", version).render(**variables).strip()
 
     def eval_prompt(self, version: str) -> str:

@@ -64,6 +64,9 @@ class TurnRequest:
     # caller's project it starts in, checked as theirs by the route. None: outside projects.
     project_id: str | None = None
     project_name: str | None = None
+    # A temporary chat (docs/privacy.md): the turn reads no memory and is offered no memory,
+    # search or recall; its conversation row says so (`Conversation.temporary`).
+    temporary: bool = False
     # The admission the route took the turn's stream slot with: the transaction of the turn's
     # answer row frees the slot (`LimitStore.release_with`). None: no slot to free.
     admission: Admission | None = None

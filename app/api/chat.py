@@ -44,7 +44,8 @@ class ChatBody(BaseModel):
     """`{"message": "...", "conversation_id": "..." | null, "replaces": "<turn_id>" | null,
     "project_id": "..." | null}`; any other field is refused. `replaces` (regenerate,
     edit-and-resend) needs the conversation. `project_id` starts a new conversation in one of
-    the caller's projects; an existing conversation's project is its own (move it with PATCH)."""
+    the caller's projects; an existing conversation's project is its own (move it with PATCH).
+    `temporary` starts a temporary chat (docs/privacy.md): a new conversation only."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -52,6 +53,7 @@ class ChatBody(BaseModel):
     conversation_id: str | None = None
     replaces: str | None = None
     project_id: str | None = None
+    temporary: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,25 @@ class ChatRequest:
     replaces: str | AfterTurn | None  # the AI SDK names a replaced turn by its place
     ai_sdk: bool
     project_id: str | None = None
+    temporary: bool = False
+
+
+def check_temporary(wanted: ChatRequest) -> None:
+    """A temporary chat is asked for when it starts, outside projects; a conversation's later
+    turns follow its own row (`Conversation.temporary`)."""
+    if not wanted.temporary:
+        return
+    if wanted.conversation_id is not None:
+        raise Unprocessable(
+            "temporary: only a new conversation can be temporary; send it without "
+            "conversation_id (a temporary conversation stays temporary).",
+            code="temporary_conversation",
+        )
+    if wanted.project_id is not None:
+        raise Unprocessable(
+            "temporary: a temporary chat is outside projects; send it without project_id.",
+            code="temporary_conversation",
+        )
 
 
 def parse_chat_body(payload: Mapping[str, Any]) -> ChatBody:
@@ -102,11 +123,21 @@ def read_request(request: Request, payload: Mapping[str, Any]) -> ChatRequest:
         project_id = payload.get("project_id")
         if project_id is not None and not isinstance(project_id, str):
             raise Unprocessable("project_id must be a string.")
+        temporary = payload.get("temporary", False)
+        if not isinstance(temporary, bool):
+            raise Unprocessable("temporary must be true or false.")
         replaces = ui_stream.ui_replacement(payload) if conversation_id is not None else None
-        return ChatRequest(message, conversation_id, replaces, ai_sdk=True, project_id=project_id)
+        return ChatRequest(
+            message, conversation_id, replaces, True, project_id=project_id, temporary=temporary
+        )
     body = parse_chat_body(payload)
     return ChatRequest(
-        body.message, body.conversation_id, body.replaces, ai_sdk=False, project_id=body.project_id
+        body.message,
+        body.conversation_id,
+        body.replaces,
+        ai_sdk=False,
+        project_id=body.project_id,
+        temporary=body.temporary,
     )
 
 
@@ -200,6 +231,7 @@ async def admit_turn(
         new=conversation is None,
         project_id=project_id,
         replaces=replaces,
+        temporary=wanted.temporary,
     )
     # The scope a turn reads (app/agent/opening.py): fixed by the request, never the model.
     read = (
@@ -253,6 +285,7 @@ async def chat(
     request: Request, user: CurrentUser, runtime: RuntimeDep, payload: ChatPayload
 ) -> Response:
     wanted = read_request(request, payload)
+    check_temporary(wanted)
     check_message(wanted.message, runtime.settings)
     conversation: Conversation | None = None
     history: tuple[HistoryMessage, ...] = ()
@@ -262,6 +295,8 @@ async def chat(
             runtime, user.subject, wanted.conversation_id, wanted.replaces
         )
     project_id, project_name = await turn_project(runtime, user.subject, wanted, conversation)
+    # A temporary chat's every turn: no memory read, no memory, search or recall offered.
+    temporary = wanted.temporary or (conversation is not None and conversation.temporary)
     agent = await runtime.agents.chat()
     turn_id = new_turn_id()
     # Last before the stream: a refused turn answers 429 with nothing read or written.
@@ -273,7 +308,7 @@ async def chat(
         conversation,
         project_id,
         replaces,
-        reads_memory=agent.uses_memory,
+        reads_memory=agent.uses_memory and not temporary,
     )
     turn = Turn(
         agent,
@@ -285,6 +320,7 @@ async def chat(
             replaces=replaces,
             project_id=project_id,
             project_name=project_name,
+            temporary=temporary,
             admission=admission,
             written=written,
             memory_read=memory_read,

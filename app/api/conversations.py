@@ -112,6 +112,8 @@ async def read_conversation(
         raise NotFound("No such conversation.")
     return {
         **_summary(conversation),
+        # A temporary chat is shown to its owner by id only (never listed or searched).
+        "temporary": conversation.temporary,
         "messages": [
             {
                 "role": message.role,

@@ -40,10 +40,19 @@ router = APIRouter(prefix="/v1/memory", tags=["memory"])
 # -- documented shapes (a body is validated by `parse_operations`, as the tool's is) ----------
 
 
+class ExpiringEntry(BaseModel):
+    """An entry that leaves memory at `expires_at` (ISO 8601, UTC): remember-until."""
+
+    text: str
+    expires_at: str
+
+
 class MemoryDocument(BaseModel):
     entries: list[str]
     characters: int
     limit: int
+    # Only when some entry of the store expires (absent otherwise).
+    expiring: list[ExpiringEntry] | None = None
 
 
 class ScopeView(BaseModel):

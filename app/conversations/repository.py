@@ -39,6 +39,7 @@ class Conversation:
     created_at: datetime
     updated_at: datetime
     project_id: str | None = None  # the project it belongs to (None: a general conversation)
+    temporary: bool = False  # a temporary chat: never listed, searched or exported
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ def create(
     *,
     stamp: datetime | None = None,
     project_id: str | None = None,
+    temporary: bool = False,
 ) -> None:
     stamp = stamp or now()
     values = {
@@ -88,6 +90,8 @@ def create(
     }
     if project_id is not None:  # outside projects the row is written as before revision 0012
         values["project_id"] = project_id
+    if temporary:  # the server default (false) otherwise, as before revision 0017
+        values["temporary"] = True
     connection.execute(_CREATE, values)
 
 
@@ -124,13 +128,17 @@ _COLUMNS = (
     conversations.c.created_at,
     conversations.c.updated_at,
     conversations.c.project_id,
+    conversations.c.temporary,
 )
+# Temporary chats are read only by id, by their owner: never listed, paged (the export),
+# searched or recalled (`LISTED`).
+LISTED = conversations.c.temporary.is_(False)
 _GET = select(*_COLUMNS).where(
     conversations.c.id == _CONVERSATION, conversations.c.user_id == _OWNER
 )
 _LIST = (
     select(*_COLUMNS)
-    .where(conversations.c.user_id == _OWNER)
+    .where(conversations.c.user_id == _OWNER, LISTED)
     .order_by(conversations.c.updated_at.desc(), conversations.c.created_at.desc())
 )
 
@@ -198,7 +206,7 @@ def remove_project(connection: Connection, user_id: str, project_id: str) -> int
     return removed
 
 
-_PAGE_OF_CONVERSATIONS = select(*_COLUMNS).where(conversations.c.user_id == _OWNER)
+_PAGE_OF_CONVERSATIONS = select(*_COLUMNS).where(conversations.c.user_id == _OWNER, LISTED)
 
 
 def conversations_page(
@@ -494,6 +502,30 @@ def remove_all(connection: Connection, user_id: str) -> int:
     for start in range(0, len(ids), 500):  # bounded IN lists
         removed += _remove_ids(connection, ids[start : start + 500])
     return removed
+
+
+def temporary_before(connection: Connection, cutoff: datetime, limit: int) -> list[str]:
+    """Up to `limit` temporary chats begun before `cutoff`, oldest first (the purge's list)."""
+    query = (
+        select(conversations.c.id)
+        .where(conversations.c.temporary.is_(True), conversations.c.created_at < cutoff)
+        .order_by(conversations.c.created_at)
+        .limit(limit)
+    )
+    return [str(value) for value in connection.execute(query).scalars()]
+
+
+def remove_temporary(connection: Connection, conversation_ids: list[str]) -> int:
+    """Those of `conversation_ids` that are temporary chats, with their messages."""
+    still = [
+        str(value)
+        for value in connection.execute(
+            select(conversations.c.id)
+            .where(conversations.c.id.in_(conversation_ids), conversations.c.temporary.is_(True))
+            .with_for_update()
+        ).scalars()
+    ]
+    return _remove_ids(connection, still)
 
 
 def stale(connection: Connection, cutoff: datetime, limit: int) -> list[str]:

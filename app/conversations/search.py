@@ -110,11 +110,14 @@ def _project_mode(project: str | None) -> int:
 
 
 def _project_conditions(mode: int) -> list[Any]:
+    """The scope's conversations; never a temporary chat (docs/privacy.md)."""
+    listed = owners.c.temporary.is_(False)
     if mode == 1:
-        return [owners.c.project_id.is_(None)]
+        return [listed, owners.c.project_id.is_(None)]
     if mode == 2:
-        return [owners.c.project_id == bindparam("project_key", type_=owners.c.project_id.type)]
-    return []
+        project = bindparam("project_key", type_=owners.c.project_id.type)
+        return [listed, owners.c.project_id == project]
+    return [listed]
 
 
 def _owned(exclude_turn: bool, project_mode: int) -> list[Any]:

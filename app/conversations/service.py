@@ -258,6 +258,23 @@ class ConversationService:
                 project=project,
             )
 
+    def expire_temporary(self, cutoff: datetime, limit: int) -> tuple[int, int]:
+        """The purge: up to `limit` temporary chats begun before `cutoff`, with their messages
+        and search index rows, in one small transaction. Returns how many were removed and how
+        many were listed (0: none is left)."""
+        with self.engine.connect() as connection:
+            candidates = repository.temporary_before(connection, cutoff, limit)
+            connection.rollback()
+        if not candidates:
+            return 0, 0
+        with self._deleting() as connection:
+            removed = repository.remove_temporary(connection, candidates)
+            if removed:
+                search.drop_deleted_terms(connection)
+        if removed:
+            search.optimize_fulltext(self.engine)
+        return removed, len(candidates)
+
     def _search(
         self,
         user_id: str,
@@ -357,6 +374,7 @@ class ConversationService:
         new: bool,
         project_id: str | None = None,
         replaces: str | None = None,
+        temporary: bool = False,
     ) -> Callable[[Connection], str]:
         """The turn's user message as work for a transaction of the caller's (the limits'
         admission, `LimitStore.admit_with`): a new conversation `conversation_id` holding it,
@@ -364,7 +382,9 @@ class ConversationService:
 
         def write(connection: Connection) -> str:
             if new:
-                _create_on(connection, conversation_id, user_id, turn_id, message, project_id)
+                _create_on(
+                    connection, conversation_id, user_id, turn_id, message, project_id, temporary
+                )
             else:
                 _append_on(connection, conversation_id, turn_id, "user", message, replaces)
             return conversation_id
@@ -379,6 +399,7 @@ class ConversationService:
         project_id: str | None = None,
         conversation_id: str | None = None,
         retried: bool = False,
+        temporary: bool = False,
     ) -> str:
         conversation_id = conversation_id or new_conversation_id()
         # One transaction (one commit) for the conversation and its first message: this write
@@ -386,7 +407,15 @@ class ConversationService:
         with self._transcript_write() as connection:
             if retried and repository.has_message(connection, conversation_id, turn_id, "user"):
                 return conversation_id  # the try that failed had committed it after all
-            _create_on(connection, conversation_id, user_id, turn_id, first_message, project_id)
+            _create_on(
+                connection,
+                conversation_id,
+                user_id,
+                turn_id,
+                first_message,
+                project_id,
+                temporary,
+            )
         return conversation_id
 
     async def create(
@@ -398,13 +427,14 @@ class ConversationService:
         *,
         conversation_id: str | None = None,
         retried: bool = False,
+        temporary: bool = False,
     ) -> str | None:
         """A new conversation (in `project_id`, checked as the owner's by the caller, and held
         against its deletion until the row is written) holding the turn's user message, or
         None when the transcript cannot be stored right now (or the project is gone).
         `retried`: an earlier write of this `conversation_id` failed and may have committed
         all the same; it is looked for first."""
-        arguments = (project_id, conversation_id, retried)
+        arguments = (project_id, conversation_id, retried, temporary)
         try:
             return await to_thread(self._create, user_id, turn_id, first_message, *arguments)
         except Exception as error:
@@ -490,6 +520,7 @@ def _create_on(
     turn_id: str,
     first_message: str,
     project_id: str | None,
+    temporary: bool = False,
 ) -> None:
     stamp = repository.now()
     if project_id is not None:
@@ -501,6 +532,7 @@ def _create_on(
         title_from_message(first_message),
         stamp=stamp,
         project_id=project_id,
+        temporary=temporary,
     )
     repository.add_message(
         connection,

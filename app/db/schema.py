@@ -26,6 +26,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Table,
+    false,
     func,
 )
 
@@ -76,9 +77,13 @@ conversations = Table(
     Column("updated_at", precise_timestamp(), nullable=False),
     # The project the conversation belongs to (revision 0012); NULL outside projects.
     Column("project_id", Identifier(ID_CHARS), nullable=True),
+    # A temporary chat (revision 0017): never listed, searched, recalled, embedded or exported,
+    # and deleted by the purge TEMPORARY_CHAT_HOURS after it began (docs/privacy.md).
+    Column("temporary", Boolean, nullable=False, server_default=false()),
     PrimaryKeyConstraint("id", name=f"pk_{PREFIX}conversations"),
     Index(f"ix_{PREFIX}conversations_user_updated", "user_id", "updated_at"),
     Index(f"ix_{PREFIX}conversations_project", "project_id", "updated_at"),
+    Index(f"ix_{PREFIX}conversations_temporary", "temporary", "created_at"),
     **MYSQL_OPTIONS,
 )
 
@@ -133,7 +138,7 @@ memory_changes = Table(
     Column("project_id", Identifier(ID_CHARS), nullable=True),
     PrimaryKeyConstraint("seq", name=f"pk_{PREFIX}memory_changes"),
     CheckConstraint(
-        "source IN ('turn', 'api', 'undo', 'proposal', 'mcp')",
+        "source IN ('turn', 'api', 'undo', 'proposal', 'mcp', 'expired')",
         name=f"ck_{PREFIX}memory_changes_source",
     ),
     Index(f"ux_{PREFIX}memory_changes_id", "id", unique=True),
@@ -177,6 +182,21 @@ memory_preferences = Table(
     Column("updated_at", precise_timestamp(), nullable=False),
     PrimaryKeyConstraint("user_id", name=f"pk_{PREFIX}memory_preferences"),
     CheckConstraint("save_mode IN ('auto', 'ask')", name=f"ck_{PREFIX}memory_preferences_mode"),
+    **MYSQL_OPTIONS,
+)
+
+# When entries expire (remember-until, revision 0017): one row per entry that carries an expiry,
+# keyed by its document ('user', 'memory' or a project's id) and the SHA-256 of its text (no copy
+# of the text). Memory state: written only inside the user's unit of work; forgetting removes it.
+memory_expiries = Table(
+    f"{PREFIX}memory_expiries",
+    metadata,
+    Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("document", Identifier(ID_CHARS), nullable=False),
+    Column("entry_digest", String(64), nullable=False),
+    Column("expires_at", precise_timestamp(), nullable=False),
+    PrimaryKeyConstraint("user_id", "document", "entry_digest", name=f"pk_{PREFIX}memory_expiries"),
+    Index(f"ix_{PREFIX}memory_expiries_expires", "expires_at"),
     **MYSQL_OPTIONS,
 )
 

@@ -1,8 +1,9 @@
 """The per-user writer lock of a user's memory state, and the guard that refuses writes to those
 tables from any connection that does not hold it.
 
-Memory state is six tables: the documents (`agent_memory`), their history, pending proposals, the
-per-user preferences, the user's projects and each project's document (revision 0012). Every
+Memory state is seven tables: the documents (`agent_memory`), their history, pending proposals,
+the per-user preferences, the user's projects, each project's document (revision 0012) and the
+entries' expiries (revision 0017). Every
 write to them runs inside `holding_writer_lock` (opened by app/memory/unit_of_work.py, the one
 way in); the guard, installed on every engine by `build_engine`, raises before a statement that
 writes one of them reaches the database from anywhere else. docs/design.md ("Isolation, per
@@ -23,6 +24,7 @@ from sqlalchemy import Connection, Engine, event, text
 from app.db.schema import (
     agent_memory,
     memory_changes,
+    memory_expiries,
     memory_preferences,
     memory_proposals,
     project_memory,
@@ -36,6 +38,7 @@ MEMORY_STATE_TABLES = (
     memory_preferences,
     projects,
     project_memory,
+    memory_expiries,
 )
 
 # connection.info key: whose writer lock this connection holds (or MAINTENANCE).

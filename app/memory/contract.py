@@ -17,6 +17,12 @@ from app.memory.rules import ACTIONS, GENERAL_TARGETS, MAX_OPERATIONS, TARGETS, 
 MEMORY_TOOL_NAME = "memory_update"
 
 _OPTIONAL_TEXT: dict[str, Any] = {"type": ["string", "null"]}
+UNTIL_SCHEMA: dict[str, Any] = {
+    "type": ["string", "null"],
+    "description": "add/replace only: the entry is forgotten after this ISO 8601 date "
+    "(through that day, UTC) or date-time; null or absent: kept until removed (replace keeps "
+    "the entry's expiry unless until is given).",
+}
 
 
 class OperationModel(BaseModel):
@@ -28,6 +34,8 @@ class OperationModel(BaseModel):
     action: Annotated[Action, WithJsonSchema({"enum": list(ACTIONS)})]
     match: Annotated[str | None, WithJsonSchema(_OPTIONAL_TEXT)] = None
     content: Annotated[str | None, WithJsonSchema(_OPTIONAL_TEXT)] = None
+    # Remember-until: add and replace only; a date (through that day, UTC) or a date-time.
+    until: Annotated[str | None, WithJsonSchema(UNTIL_SCHEMA)] = None
 
 
 class OperationsModel(BaseModel):
@@ -62,4 +70,5 @@ def operations_schema(targets: Sequence[Target] = GENERAL_TARGETS) -> dict[str, 
     cleaned: dict[str, Any] = clean(schema)
     item = cleaned["properties"]["operations"]["items"]
     item["properties"]["target"] = {"enum": list(targets)}
+    item["properties"]["until"] = dict(UNTIL_SCHEMA)  # its description tells the model the rule
     return cleaned

@@ -12,7 +12,8 @@ from typing import Any, Literal, get_args
 
 from app.memory.rules import TARGETS, Change, MemoryValidationError, Operation
 
-Source = Literal["turn", "api", "undo", "proposal", "mcp"]
+# `expired`: entries that left memory at their time (remember-until, app/memory/until.py).
+Source = Literal["turn", "api", "undo", "proposal", "mcp", "expired"]
 # Who proposed a proposal: a turn under `ask`, an MCP client under `ask`, or an import.
 Proposer = Literal["turn", "mcp", "import"]
 SaveMode = Literal["auto", "ask"]
@@ -80,17 +81,22 @@ class Proposal:
 # -- undo ----------------------------------------------------------------------------------
 
 
-def inverse(changes: Sequence[Change]) -> tuple[Operation, ...]:
+def inverse(changes: Sequence[Change], *, restore_until: bool = True) -> tuple[Operation, ...]:
     """The operations that reverse `changes`, last change first, each pinned to the exact entry
-    that change produced: if that entry has changed or gone since, the undo is stale."""
+    that change produced: if that entry has changed or gone since, the undo is stale. Each entry
+    gets its previous expiry back, unless `restore_until` is False (undoing an expiry: the
+    entry comes back to stay)."""
     operations: list[Operation] = []
     for change in reversed(changes):
         if not change.changed:
             continue
+        until = change.until_before if restore_until else None
         if change.before is None:  # an add: remove exactly what it added
             operations.append(Operation(change.target, "remove", match=change.after, pinned=True))
         elif change.after is None:  # a remove: bring the entry back
-            operations.append(Operation(change.target, "add", content=change.before))
+            operations.append(
+                Operation(change.target, "add", content=change.before, until=until, sets_until=True)
+            )
         else:  # a replace: put the previous entry back in place of the one it wrote
             operations.append(
                 Operation(
@@ -99,6 +105,8 @@ def inverse(changes: Sequence[Change]) -> tuple[Operation, ...]:
                     match=change.after,
                     content=change.before,
                     pinned=True,
+                    until=until,
+                    sets_until=True,
                 )
             )
     return tuple(operations)
@@ -115,19 +123,42 @@ def stale_undo() -> MemoryValidationError:
 # -- stored JSON ---------------------------------------------------------------------------
 
 
+def _moment(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _read_moment(value: object) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
+
+
 def changes_to_json(changes: Sequence[Change]) -> str:
-    return json.dumps(
-        [
-            {"target": c.target, "action": c.action, "before": c.before, "after": c.after}
-            for c in changes
-        ],
-        ensure_ascii=False,
-    )
+    items: list[dict[str, Any]] = []
+    for c in changes:
+        item: dict[str, Any] = {
+            "target": c.target,
+            "action": c.action,
+            "before": c.before,
+            "after": c.after,
+        }
+        # Only when an expiry is involved: rows without one read as before revision 0017.
+        if c.until_before is not None:
+            item["until_before"] = _moment(c.until_before)
+        if c.until_after is not None:
+            item["until_after"] = _moment(c.until_after)
+        items.append(item)
+    return json.dumps(items, ensure_ascii=False)
 
 
 def changes_from_json(text: str) -> tuple[Change, ...]:
     return tuple(
-        Change(item["target"], item["action"], item.get("before"), item.get("after"))
+        Change(
+            item["target"],
+            item["action"],
+            item.get("before"),
+            item.get("after"),
+            _read_moment(item.get("until_before")),
+            _read_moment(item.get("until_after")),
+        )
         for item in json.loads(text)
         if item.get("target") in TARGETS
     )
@@ -143,6 +174,7 @@ def batches_to_json(batches: Batches) -> str:
                     "match": o.match,
                     "content": o.content,
                     "pinned": o.pinned,
+                    **({"until": _moment(o.until)} if o.sets_until else {}),
                 }
                 for o in batch
             ]
@@ -161,6 +193,8 @@ def batches_from_json(text: str) -> tuple[tuple[Operation, ...], ...]:
                 item.get("match"),
                 item.get("content"),
                 pinned=bool(item.get("pinned")),
+                until=_read_moment(item.get("until")),
+                sets_until="until" in item,
             )
             for item in batch
         )
@@ -171,12 +205,21 @@ def batches_from_json(text: str) -> tuple[tuple[Operation, ...], ...]:
 # -- the API's shapes ----------------------------------------------------------------------
 
 
+def utc_text(moment: datetime) -> str:
+    """A stored naive-UTC moment as the API writes timestamps (`...Z`)."""
+    return moment.replace(tzinfo=None).isoformat() + "Z"
+
+
 def change_view(change: Change) -> dict[str, Any]:
     view: dict[str, Any] = {"target": change.target, "action": change.action}
     if change.before is not None:
         view["before"] = change.before
     if change.after is not None:
         view["after"] = change.after
+    if change.until_before is not None:
+        view["until_before"] = utc_text(change.until_before)
+    if change.until_after is not None:
+        view["until_after"] = utc_text(change.until_after)
     return view
 
 
@@ -186,6 +229,8 @@ def operation_view(operation: Operation) -> dict[str, Any]:
         view["match"] = operation.match
     if operation.content is not None:
         view["content"] = operation.content
+    if operation.sets_until:
+        view["until"] = utc_text(operation.until) if operation.until is not None else None
     return view
 
 

@@ -22,6 +22,7 @@ from typing import Literal
 
 from app.memory import policy
 from app.memory.markers import RESERVED_TAG_NAME
+from app.memory.provenance import utc_text
 from app.memory.rules import Snapshot, Target
 
 MemoryStatus = Literal["available", "unavailable", "disabled"]
@@ -189,9 +190,18 @@ def render_block(snapshot: Snapshot, tags: BlockTags, withheld: Withheld = is_wi
 
 
 def document(snapshot: Snapshot, target: Target) -> dict[str, object]:
-    """One store as the API reports it."""
-    return {
+    """One store as the API reports it; `expiring` (remember-until), in the entries' order, only
+    when an entry of the store has an expiry."""
+    view: dict[str, object] = {
         "entries": list(snapshot.entries(target)),
         "characters": snapshot.characters(target),
         "limit": snapshot.limit(target),
     }
+    expiring = [
+        {"text": entry, "expires_at": utc_text(at)}
+        for entry in snapshot.entries(target)
+        if (at := snapshot.expiry(target, entry)) is not None
+    ]
+    if expiring:
+        view["expiring"] = expiring
+    return view

@@ -24,7 +24,7 @@ from sqlalchemy import (
 
 from app.db.locking import locked_memory_select
 from app.db.schema import agent_memory, memory_preferences, project_memory
-from app.memory import projects
+from app.memory import expiries, projects
 from app.memory.projects import Scope
 from app.memory.rules import (
     GENERAL_TARGETS,
@@ -78,13 +78,18 @@ def _locked_read(dialect: str) -> Select[tuple[str, str, int]]:
     return locked_memory_select(dialect, _USER)
 
 
-def load_snapshot(connection: Connection, user_id: str, *, lock: bool = False) -> Snapshot:
+def load_snapshot(
+    connection: Connection, user_id: str, *, lock: bool = False, expiring: bool = True
+) -> Snapshot:
+    """The general documents, with their entries' expiries unless `expiring` is False (every
+    entry, expired or not: readers filter with `until.visible`, writers expire them)."""
     # Built once per dialect, the user bound at execution: no statement construction per call.
     query = _locked_read(connection.dialect.name) if lock else _READ
     # Rows are tuples in SQLAlchemy 2.1 (Result.tuples() is deprecated there).
     result = connection.execute(query, {"owner_id": user_id})
     rows = cast("list[tuple[str, str, int]]", result.all())
-    return snapshot_from_rows(rows)
+    snapshot = snapshot_from_rows(rows)
+    return expiries.attach(connection, user_id, snapshot) if expiring and rows else snapshot
 
 
 # The save mode travels as one more row of the memory read, under a name no document has: a
@@ -108,7 +113,10 @@ def load_snapshot_and_save_mode(
     rows = cast("list[tuple[str, str, int]]", result.all())
     modes = [content for memory_type, content, _version in rows if memory_type == _SAVE_MODE_ROW]
     documents = [row for row in rows if row[0] != _SAVE_MODE_ROW]
-    return snapshot_from_rows(documents), modes[0] if modes else None
+    snapshot = snapshot_from_rows(documents)
+    if documents:
+        snapshot = expiries.attach(connection, user_id, snapshot)
+    return snapshot, modes[0] if modes else None
 
 
 def _project_document(connection: Connection, user_id: str, project_id: str) -> tuple[str, ...]:
@@ -138,20 +146,21 @@ def load_scoped(
     """The documents `scope` sees: outside projects, `load_snapshot`; in a project, the user
     profile, the project's document and the general document only when the scope reaches it
     (projects.ProjectNotFoundError when the project is not the user's)."""
-    general = load_snapshot(connection, user_id, lock=lock)
     if scope.project_id is None:
-        return general
+        return load_snapshot(connection, user_id, lock=lock)
+    general = load_snapshot(connection, user_id, lock=lock, expiring=False)
     project = projects.require(connection, user_id, scope.project_id)
     targets = scope_targets(
         in_project=True, general_memory=project.general_memory, owner=scope.owner
     )
-    return Snapshot(
+    scoped = Snapshot(
         user=general.user,
         memory=general.memory if "memory" in targets else (),
         project=_project_document(connection, user_id, scope.project_id),
         targets=targets,
         project_limit=project_limit,
     )
+    return expiries.attach(connection, user_id, scoped, scope.project_id)
 
 
 DocumentWrite = Literal["insert", "update", "delete"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Literal, get_args
 
 from app.memory import policy
@@ -36,7 +37,11 @@ ErrorCode = Literal[
     "forbidden_content",
     "unsafe_content",
     "capacity_exceeded",
+    "invalid_until",
 ]
+
+# When an entry expires (remember-until): its target, its text and the moment (naive UTC).
+Expiry = tuple[Target, str, datetime]
 
 
 class MemoryValidationError(ValueError):
@@ -100,6 +105,9 @@ class Snapshot:
     project: tuple[str, ...] = ()
     targets: tuple[Target, ...] = GENERAL_TARGETS
     project_limit: int = LIMITS["project"]
+    # The entries that expire and when (remember-until); beside the documents, never in them:
+    # an expiry takes no characters.
+    expiries: frozenset[Expiry] = frozenset()
 
     def entries(self, target: Target) -> tuple[str, ...]:
         if target == "user":
@@ -116,6 +124,13 @@ class Snapshot:
     def in_project(self) -> bool:
         return "project" in self.targets
 
+    def expiry(self, target: Target, entry: str) -> datetime | None:
+        """When `entry` of `target` expires (None: it stays until removed)."""
+        for where, text, at in self.expiries:
+            if where == target and text == entry:
+                return at
+        return None
+
     def usage(self) -> MemoryUsage:
         project = self.characters("project") if self.in_project else None
         return MemoryUsage(
@@ -126,28 +141,35 @@ class Snapshot:
 @dataclass(frozen=True)
 class Operation:
     """One edit. `pinned` operations come from a staged batch: their `match` is the whole entry
-    the model's edit resolved to when it was staged, and they apply to that entry only."""
+    the model's edit resolved to when it was staged, and they apply to that entry only.
+    `sets_until`: the operation names an expiry for the entry it writes (`until`, None to clear
+    it); otherwise an add has none and a replace keeps the replaced entry's."""
 
     target: Target
     action: Action
     match: str | None = None
     content: str | None = None
     pinned: bool = False
+    until: datetime | None = None
+    sets_until: bool = False
 
 
 @dataclass(frozen=True)
 class Change:
     """What one applied operation did: the entry it matched (`before`) and the entry it wrote
-    (`after`). An add of an entry already present has neither: it changed nothing."""
+    (`after`). An add of an entry already present has neither: it changed nothing.
+    `until_before` and `until_after`: the entry's expiry before and after."""
 
     target: Target
     action: Action
     before: str | None
     after: str | None
+    until_before: datetime | None = None
+    until_after: datetime | None = None
 
     @property
     def changed(self) -> bool:
-        return self.before != self.after
+        return self.before != self.after or self.until_before != self.until_after
 
 
 def rendered_length(entries: Sequence[str]) -> int:
@@ -257,21 +279,27 @@ def find_pinned(entries: Sequence[str], entry: str) -> int:
     )
 
 
-def _apply_one(entries: list[str], operation: Operation, limit: int) -> Change:
+def _apply_one(
+    entries: list[str], expiries: dict[str, datetime], operation: Operation, limit: int
+) -> Change:
+    """Apply one operation to a document's entries and their expiries (by entry text)."""
     if operation.action == "add":
         entry = normalize_entry(operation.content, max(limit, MAX_ENTRY_CHARS))
         if entry in entries:
             return Change(operation.target, "add", None, None)  # a retry or a known fact
         entries.append(entry)
-        return Change(operation.target, "add", None, entry)
+        if operation.until is not None:
+            expiries[entry] = operation.until
+        return Change(operation.target, "add", None, entry, until_after=operation.until)
     if operation.pinned:
         index = find_pinned(entries, operation.match or "")
     else:
         index = find_index(entries, normalize_match(operation.match))
     before = entries[index]
+    until_before = expiries.pop(before, None)
     if operation.action == "remove":
         del entries[index]
-        return Change(operation.target, "remove", before, None)
+        return Change(operation.target, "remove", before, None, until_before=until_before)
     entry = normalize_entry(operation.content, max(limit, MAX_ENTRY_CHARS))
     if any(other == entry for position, other in enumerate(entries) if position != index):
         raise MemoryValidationError(
@@ -279,7 +307,10 @@ def _apply_one(entries: list[str], operation: Operation, limit: int) -> Change:
             code="duplicate_entry",
         )
     entries[index] = entry
-    return Change(operation.target, "replace", before, entry)
+    until_after = operation.until if operation.sets_until else until_before
+    if until_after is not None:
+        expiries[entry] = until_after
+    return Change(operation.target, "replace", before, entry, until_before, until_after)
 
 
 def validate_capacity(snapshot: Snapshot) -> None:
@@ -307,12 +338,17 @@ def resolve_operations(
     entries: dict[Target, list[str]] = {
         target: list(snapshot.entries(target)) for target in TARGETS
     }
+    expiries: dict[Target, dict[str, datetime]] = {target: {} for target in TARGETS}
+    for target, entry, at in snapshot.expiries:
+        expiries[target][entry] = at
     changes: list[Change] = []
     for position, operation in enumerate(operations, start=1):
         try:
             check_fields(operation, snapshot.targets)
             limit = snapshot.limit(operation.target)
-            changes.append(_apply_one(entries[operation.target], operation, limit))
+            changes.append(
+                _apply_one(entries[operation.target], expiries[operation.target], operation, limit)
+            )
         except MemoryValidationError as error:
             prefix = f"Operation {position} ({operation.action} on {operation.target}): "
             raise MemoryValidationError(prefix + error.message, code=error.code) from None
@@ -321,6 +357,12 @@ def resolve_operations(
         user=tuple(entries["user"]),
         memory=tuple(entries["memory"]),
         project=tuple(entries["project"]),
+        expiries=frozenset(
+            (target, entry, at)
+            for target in TARGETS
+            for entry, at in expiries[target].items()
+            if entry in entries[target]
+        ),
     )
     validate_capacity(updated)
     return updated, tuple(changes)

@@ -21,12 +21,13 @@ from app.db.engine import one_statement_read
 from app.db.locking import is_retryable, is_timeout, is_unique_violation
 from app.db.writers import WriterLockTimeoutError
 from app.erasure import audit
-from app.memory import projects, proposals, repository, writes
+from app.memory import history, projects, proposals, repository, writes
 from app.memory.projects import GENERAL, Project, Scope
 from app.memory.provenance import Proposer, Provenance, SaveMode
 from app.memory.repository import CancelCheck
 from app.memory.rules import Operation, Snapshot, Target
 from app.memory.unit_of_work import LockObserver, UnitOfWork, unit_of_work
+from app.memory.until import visible
 from app.memory.writes import API, Begun, WriteLimits, WriteRequest
 from app.telemetry.sensitive import register_memory, register_operations
 
@@ -103,7 +104,8 @@ class MemoryService:
         except Exception as error:
             raise MemoryUnavailableError(type(error).__name__) from error
         register_memory(snapshot)  # memory content is scrubbed from this request's telemetry
-        return snapshot
+        # An expired entry is never read (the next write records its expiry: `expire_due`).
+        return visible(snapshot, history.now())
 
     def read_with_save_mode(
         self, user_id: str, scope: Scope = GENERAL
@@ -142,7 +144,7 @@ class MemoryService:
             except Exception as error:
                 raise MemoryUnavailableError(type(error).__name__) from error
             register_memory(snapshot)
-            return snapshot, mode
+            return visible(snapshot, history.now()), mode
 
         return read
 
@@ -192,7 +194,7 @@ class MemoryService:
         except Exception as error:
             raise MemoryUnavailableError(type(error).__name__) from error
         register_memory(snapshot)
-        return snapshot
+        return visible(snapshot, history.now())
 
     # -- projects -----------------------------------------------------------------------------
 
@@ -420,6 +422,14 @@ class MemoryService:
             "retention",
             lambda unit: writes.expire_history(unit, cutoff, limit),
             _never,
+        )[0]
+
+    def expire_entries(self, user_id: str) -> int:
+        """The purge's sweep (writes.expire_entries): the user's entries whose time has come
+        leave memory, recorded as a change of source `expired`, in one unit of work."""
+        limits = self.limits
+        return self._run(
+            user_id, "expired", lambda unit: writes.expire_entries(unit, limits), _never
         )[0]
 
     def reject(self, user_id: str, proposal_id: str, scope: Scope = GENERAL) -> bool:

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Insert, select
 
 from app.conversations import repository as transcripts
 from app.erasure import audit
-from app.memory import history, projects, proposals, repository
+from app.memory import expiries, history, projects, proposals, repository
 from app.memory.ledger import replay, replay_changes
 from app.memory.projects import GENERAL, Project, Scope
 from app.memory.provenance import (
@@ -30,11 +30,13 @@ from app.memory.provenance import (
     stale_undo,
 )
 from app.memory.repository import CancelCheck, check_cancel
-from app.memory.rules import Change, MemoryValidationError, Snapshot, Target
+from app.memory.rules import GENERAL_TARGETS, Change, MemoryValidationError, Snapshot, Target
 from app.memory.unit_of_work import UnitOfWork
+from app.memory.until import expire
 from app.telemetry.sensitive import register_memory, register_operations, register_sensitive
 
 API = Provenance("api")
+EXPIRED = Provenance("expired")
 
 
 class MemoryNotFoundError(LookupError):
@@ -102,7 +104,8 @@ def resolve(
         if entry is None or entry.project_id != project_id:
             raise MemoryNotFoundError("no such change")
         register_sensitive(*entry_strings(entry))
-        operations = inverse(entry.changes)
+        # An undone expiry brings its entries back to stay: their time had come.
+        operations = inverse(entry.changes, restore_until=entry.provenance.source != "expired")
         if not operations or history.was_undone(connection, user_id, undoes):
             raise stale_undo()
         return [operations], request.provenance
@@ -144,6 +147,7 @@ def write(
         connection, user_id, request.scope, project_limit=limits.project_chars, lock=True
     )
     register_memory(current)
+    current = expire_due(unit, current, request.scope, limits)
     batches, provenance = resolve(connection, user_id, request)
     register_operations(batches)  # before the SQL that binds them
     if asks:
@@ -217,9 +221,15 @@ def persist(
     change was made in (its document's key, and the history entry's project).
     """
     writes, contents = repository.document_writes(current, updated)
-    if not writes:
+    expiring = current.expiries != updated.expiries
+    if not writes and not expiring:
         return [], None
+    if expiring:
+        expiries.persist(connection, user_id, current, updated, project_id)
     changed = [target for target, _ in writes]
+    changed += sorted(
+        {target for target, _, _ in current.expiries ^ updated.expiries} - set(changed)
+    )
     bound: dict[str, str | None] = {**contents, "project_key": project_id}
     entry = history.entry_params(user_id, provenance, changes, project_id)
     if connection.dialect.name == "postgresql":
@@ -244,6 +254,33 @@ def _in_one_statement(writes: tuple[tuple[Target, repository.DocumentWrite], ...
     return history.ENTRY_INSERT.add_cte(*parts, history.TRIM_BEFORE_INSERT.cte("trimmed"))
 
 
+def expire_due(
+    unit: UnitOfWork,
+    current: Snapshot,
+    scope: Scope,
+    limits: WriteLimits,
+    now: datetime | None = None,
+) -> Snapshot:
+    """Remove the entries of `current` whose time has come, recording them in the history as
+    one change of source `expired` (before the write that found them, in its transaction);
+    returns the snapshot without them. Every write runs it first, so a write never applies to
+    an entry that has expired, and the purge runs it alone for people who write nothing."""
+    remaining, changes = expire(current, now or history.now())
+    if not changes:
+        return current
+    persist(
+        unit.connection,
+        unit.user_id,
+        EXPIRED,
+        current,
+        remaining,
+        changes,
+        keep=limits.history,
+        project_id=scope.project_id,
+    )
+    return remaining
+
+
 def propose(
     unit: UnitOfWork,
     batches: Batches,
@@ -258,6 +295,7 @@ def propose(
         connection, user_id, scope, project_limit=limits.project_chars, lock=True
     )
     register_memory(current)
+    current = expire_due(unit, current, scope, limits)
     register_operations(batches)
     if replay(current, batches) == current:
         return Written(current, ())
@@ -281,13 +319,15 @@ def forget(unit: UnitOfWork) -> int:
     connection, user_id = unit.connection, unit.user_id
     removed = repository.delete_all(connection, user_id)
     removed += projects.forget_documents(connection, user_id)
+    expiries.delete_all(connection, user_id)
     history.delete_all(connection, user_id)
     proposals.delete_all(connection, user_id)
     return removed
 
 
 def forget_project(unit: UnitOfWork, project_id: str) -> int:
-    """One project's document, history and proposals; the project stays."""
+    """One project's document, its expiries, history and proposals; the project stays."""
+    expiries.delete_document(unit.connection, unit.user_id, project_id)
     return projects.forget(unit.connection, unit.user_id, project_id)
 
 
@@ -308,6 +348,31 @@ def expire_history(unit: UnitOfWork, cutoff: datetime, limit: int) -> int:
     """Retention: at most `limit` of the user's history entries older than `cutoff` (a small
     transaction, so the user's writer lock is held briefly)."""
     return history.delete_older_than(unit.connection, unit.user_id, cutoff, limit)
+
+
+def expire_entries(unit: UnitOfWork, limits: WriteLimits) -> int:
+    """The purge's sweep of one user: every entry whose time has come, in each document that has
+    one (a project's in that project's scope); returns how many entries expired. A row left by
+    an entry that is gone is dropped."""
+    connection, user_id = unit.connection, unit.user_id
+    count, now = 0, history.now()
+    documents = expiries.due_documents(connection, user_id, now)
+    scopes = {
+        GENERAL if document in GENERAL_TARGETS else Scope(document, owner=True)
+        for document in documents
+    }
+    for scope in scopes:
+        try:
+            current = repository.load_scoped(
+                connection, user_id, scope, project_limit=limits.project_chars, lock=True
+            )
+        except projects.ProjectNotFoundError:
+            current = None
+        if current is not None:
+            remaining = expire_due(unit, current, scope, limits, now)
+            count += len(current.expiries) - len(remaining.expiries)
+    expiries.delete_due(connection, user_id, now)  # rows of entries no longer there
+    return count
 
 
 def reject(unit: UnitOfWork, proposal_id: str, scope: Scope = GENERAL) -> bool:
@@ -350,6 +415,7 @@ def delete_project(unit: UnitOfWork, project_id: str, conversations: str | None)
         transcripts.remove_project(connection, user_id, project_id)
     elif count:
         transcripts.detach_project(connection, user_id, project_id)
+    expiries.delete_document(connection, user_id, project_id)
     projects.remove(connection, user_id, project_id)
     return count
 

@@ -2,13 +2,16 @@
 last message; it saves facts with `memory_update` when the tool is offered, searches earlier
 conversations with `conversation_search` when asked "what did we discuss about X" (also "talk
 about", "say about", "decide about", or "search my conversations for X"), and says plainly that
-it is the offline model otherwise."""
+it is the offline model otherwise. A time-bound fact ("I'm in Berlin until the 20th") is saved
+with `until`, the last day it holds."""
 
 from __future__ import annotations
 
+import calendar
 import json
 import re
 from collections.abc import Mapping
+from datetime import UTC, date, datetime
 from typing import Any
 
 from app.agent.events import SEARCH_TOOL_NAME as SEARCH_TOOL
@@ -39,6 +42,26 @@ _SEARCH = re.compile(
     r"|search (?:my|our) (?:conversations|history) for)\s+(?P<topic>.+?)[\s?.!]*$",
     re.I | re.S,
 )
+# A time-bound fact: "I'm in Berlin until the 20th", "remember that I work from Lisbon until
+# 2027-01-15", "I am on leave until March 3".
+_UNTIL_FACT = re.compile(
+    r"^(?:(?:please\s+)?remember(?:\s+that)?[\s:,]+)?(?P<fact>i(?:'m|\s).+?)\s+until\s+"
+    r"(?P<when>.+?)[\s.!]*$",
+    re.I | re.S,
+)
+_ISO_DAY = re.compile(r"^(?P<iso>\d{4}-\d{2}-\d{2})$")
+_DAY_OF_MONTH = re.compile(r"^(?:the\s+)?(?P<day>\d{1,2})(?:st|nd|rd|th)?$", re.I)
+_MONTH_DAY = re.compile(
+    r"^(?P<month>[a-z]+)\.?\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?$|"
+    r"^(?:the\s+)?(?P<day2>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<month2>[a-z]+)$",
+    re.I,
+)
+_MONTHS = {
+    name.lower(): number
+    for names in (calendar.month_name, calendar.month_abbr)
+    for number, name in enumerate(names)
+    if name
+}
 _HEADING = re.compile(r"^(USER PROFILE|AGENT MEMORY|PROJECT MEMORY) \[.*\]$", re.M)
 _STORES = {"USER PROFILE": "user", "AGENT MEMORY": "memory", "PROJECT MEMORY": "project"}
 _IRREGULAR = {
@@ -132,6 +155,51 @@ def _user_fact(text: str) -> str | None:
     return None
 
 
+def _next_date(year: int, month: int, day: int, today: date) -> date | None:
+    """That day this year (or month), or the next one when it has passed; None if impossible."""
+    for offset in range(0, 13):
+        y, m = (year + (month - 1 + offset) // 12, (month - 1 + offset) % 12 + 1)
+        try:
+            candidate = date(y, m, day)
+        except ValueError:
+            continue
+        if candidate >= today:
+            return candidate
+    return None
+
+
+def until_date(when: str, today: date) -> date | None:
+    """'the 20th', 'December 20', '20 March', '2027-01-15' as the last day the fact holds (the
+    next such day on or after `today`); None when the phrase is none of these."""
+    text = when.strip().rstrip(".!?").strip()
+    iso = _ISO_DAY.match(text)
+    if iso:
+        try:
+            return date.fromisoformat(iso.group("iso"))
+        except ValueError:
+            return None
+    day_only = _DAY_OF_MONTH.match(text)
+    if day_only:
+        day = int(day_only.group("day"))
+        found = _next_date(today.year, today.month, day, today)
+        return found if found is not None and 1 <= day <= 31 else None
+    month_day = _MONTH_DAY.match(text)
+    if month_day:
+        name = (month_day.group("month") or month_day.group("month2") or "").lower()
+        month = _MONTHS.get(name) or _MONTHS.get(name[:3])
+        day = int(month_day.group("day") or month_day.group("day2"))
+        if month is None:
+            return None
+        for year in (today.year, today.year + 1):
+            try:
+                candidate = date(year, month, day)
+            except ValueError:
+                return None
+            if candidate >= today:
+                return candidate
+    return None
+
+
 def _called_remove(message: Mapping[str, Any]) -> bool:
     """Whether the assistant's tool call before a result removed an entry (to word the reply)."""
     for call in message.get("tool_calls") or ():
@@ -206,6 +274,13 @@ class OfflineModel:
             return ToolCalls((ToolCall(SEARCH_TOOL, arguments, self._call_id(request)),))
         if "what do you remember" in lowered:
             return Text(self._recall(entries))
+        timed = _UNTIL_FACT.match(text)
+        if timed:
+            last_day = until_date(timed.group("when"), datetime.now(UTC).date())
+            clause = re.sub(r"^i'm\b", "I am", timed.group("fact"), flags=re.I)
+            fact = _user_fact(clause)
+            if last_day is not None and fact is not None:
+                return self._save("user", fact, can_write, request, until=last_day.isoformat())
         forget = _FORGET.match(text)
         if forget:
             return self._forget(forget.group("phrase"), entries, can_write, request)
@@ -232,10 +307,19 @@ class OfflineModel:
         done = sum(1 for message in request.messages if message.get("role") == "tool")
         return f"call_offline_{done + 1}"
 
-    def _save(self, target: str, fact: str, can_write: bool, request: ChatRequest) -> Reply:
+    def _save(
+        self,
+        target: str,
+        fact: str,
+        can_write: bool,
+        request: ChatRequest,
+        until: str | None = None,
+    ) -> Reply:
         if not can_write:
             return Text("Memory is switched off here, so I cannot save that.")
         operation = {"target": target, "action": "add", "content": fact}
+        if until is not None:  # remember-until: forgotten after that day
+            operation["until"] = until
         return ToolCalls(
             (ToolCall(MEMORY_TOOL, {"operations": [operation]}, self._call_id(request)),)
         )

@@ -271,5 +271,5 @@ def test_openapi_documents_the_operations_body(client: TestClient) -> None:
     items = schema["properties"]["operations"]
     assert (items["minItems"], items["maxItems"]) == (1, 20)
     assert items["items"]["additionalProperties"] is False
-    assert set(items["items"]["properties"]) == {"target", "action", "match", "content"}
+    assert set(items["items"]["properties"]) == {"target", "action", "match", "content", "until"}
     assert schema["additionalProperties"] is False

@@ -1,5 +1,5 @@
-"""Memory state (documents, history, proposals, preferences, projects and their documents) has
-one way in: the unit of work.
+"""Memory state (documents, history, proposals, preferences, projects and their documents, the
+entries' expiries) has one way in: the unit of work.
 
 Structurally: only the storage modules build statements that write those tables and only
 app/memory/writes.py runs them, inside a unit of work opened by MemoryService (or the readiness
@@ -27,6 +27,7 @@ TABLE_NAMES = {
     "memory_preferences",
     "projects",
     "project_memory",
+    "memory_expiries",
 }
 # Where the write statements are built (storage) and run (writes.py, the unit of work's body).
 STATEMENT_MODULES = {
@@ -34,12 +35,14 @@ STATEMENT_MODULES = {
     "memory/history.py",
     "memory/proposals.py",
     "memory/projects.py",
+    "memory/expiries.py",
 }
 STORAGE_WRITERS = {
     "projects": {"create", "change", "forget", "remove", "forget_documents", "delete_all"},
     "repository": {"delete_all", "document_statement"},
     "history": {"delete_all", "trim", "delete_older_than", "ENTRY_INSERT", "TRIM_BEFORE_INSERT"},
     "proposals": {"add", "remove", "delete_all", "delete_preferences", "set_save_mode"},
+    "expiries": {"persist", "delete_all", "delete_document", "delete_due"},
 }
 UNIT_OPENERS = {"memory/service.py", "api/health.py"}
 
@@ -122,8 +125,13 @@ def test_the_engine_refuses_memory_state_writes_outside_a_unit_of_work(
     from sqlalchemy import Table
 
     assert isinstance(table, Table)
-    # A value for each key column a table of projects (revision 0012) has besides the owner.
-    keys = {name: "k" for name in ("id", "project_id") if name in table.primary_key.columns}
+    # A value for each key column a table has besides the owner (projects, revision 0012; the
+    # entries' expiries, revision 0017).
+    keys = {
+        name: "k"
+        for name in ("id", "project_id", "document", "entry_digest")
+        if name in table.primary_key.columns
+    }
     statements = [
         insert(table).values(
             user_id="mallory",

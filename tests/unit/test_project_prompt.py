@@ -81,7 +81,7 @@ def test_the_tool_offers_exactly_the_scope_targets(targets: tuple[Target, ...]) 
     tool = memory_tool(targets)
     item = tool["function"]["parameters"]["properties"]["operations"]["items"]
     assert item["properties"]["target"] == {"enum": list(targets)}
-    assert set(item["properties"]) == {"target", "action", "match", "content"}
+    assert set(item["properties"]) == {"target", "action", "match", "content", "until"}
     assert item["additionalProperties"] is False
     assert set(tool["function"]["parameters"]["properties"]) == {"operations"}
     if targets == ("user", "memory"):

@@ -88,9 +88,10 @@ def test_a_turn_gets_a_copy_and_the_shared_agent_never_changes() -> None:
 def test_the_tool_schema_the_model_sees_is_pinned() -> None:
     """The memory tool's parameters come from the operation model the REST API documents, and
     are exactly the design's contract: one tool, `operations` of 1-20 items, target, action,
-    match and content, nothing else (no owner)."""
+    match and content, and remember-until's optional `until` (contract v4), nothing else (no
+    owner)."""
     from app.agent.tools import MEMORY_TOOL
-    from app.memory.contract import MEMORY_TOOL_NAME, operations_schema
+    from app.memory.contract import MEMORY_TOOL_NAME, UNTIL_SCHEMA, operations_schema
 
     assert MEMORY_TOOL["function"]["name"] == MEMORY_TOOL_NAME == "memory_update"
     assert (
@@ -112,6 +113,7 @@ def test_the_tool_schema_the_model_sees_is_pinned() -> None:
                             "action": {"enum": ["add", "replace", "remove"]},
                             "match": {"type": ["string", "null"]},
                             "content": {"type": ["string", "null"]},
+                            "until": UNTIL_SCHEMA,
                         },
                         "required": ["target", "action"],
                     },

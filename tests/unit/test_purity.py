@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PURE_MODULES = [
     "app/memory/rules.py",
     "app/memory/parsing.py",
+    "app/memory/until.py",
     "app/memory/policy.py",
     "app/memory/characters.py",
     "app/memory/markers.py",

@@ -7,6 +7,7 @@ import { Composer } from "./chat/composer.js";
 import { Chat } from "./chat/chat.js";
 import { Follower } from "./chat/follow.js";
 import { MessageView } from "./chat/messages.js";
+import { TemporaryChat } from "./chat/temporary.js";
 import { ChatTitle } from "./chat/title.js";
 import { ConversationList } from "./conversations.js";
 import { ConversationSearch } from "./search.js";
@@ -94,7 +95,10 @@ const composer = new Composer({
   onSend: (text) => chat.send(text),
   onStop: () => chat.stop(),
 });
+const temporary = new TemporaryChat({
+  field: $("temporary-field"), toggle: $("temporary-chat"), banner: $("temporary-banner") });
 const chat = new Chat({
+  temporary,
   view: new MessageView({ list: $("messages"), welcome: $("welcome"), follower,
     onRegenerate: (turnId, text) => chat.send(text, { replaces: turnId }),
     onEdit: (turnId, text) => chat.send(text, { replaces: turnId }) }),

@@ -8,7 +8,8 @@ import { Turn } from "./turn.js";
 
 export class Chat {
   // onPlace(conversationId, projectId) is called whenever the place changes.
-  constructor({ view, composer, conversations, memory, notice, router, onNavigate = () => {},
+  // `temporary`: the switch and banner of temporary chats (temporary.js).
+  constructor({ view, composer, conversations, memory, notice, router, temporary, onNavigate = () => {},
     onStreaming = () => {}, onSettled = () => {}, onTitle = () => {}, onPlace = () => {} }) {
     this.view = view;
     this.composer = composer;
@@ -21,6 +22,7 @@ export class Chat {
     this.onTitle = onTitle;
     this.onPlace = onPlace;
     this.router = router;
+    this.temporary = temporary;
     this.client = null;
     this.conversationId = null;
     this.projectId = null; // the place's project (null: outside projects)
@@ -45,6 +47,7 @@ export class Chat {
     this.view.clear();
     this.notice.clear();
     if (!fromAddress) this.router.show(null, { project: projectId });
+    this.temporary.offer(!projectId);
     this.place(null, projectId);
     this.onTitle(null);
     this.onNavigate();
@@ -91,6 +94,7 @@ export class Chat {
     this.conversationId = id;
     this.notice.clear();
     this.onTitle(conversation.title, id);
+    this.temporary.opened(conversation.temporary);
     this.view.showTranscript(conversation.messages);
     this.place(id, conversation.project_id);
     this.memory.relabel();
@@ -123,6 +127,7 @@ export class Chat {
       conversationId: this.conversationId,
       projectId: this.projectId,
       replaces,
+      temporary: !this.conversationId && this.temporary.wanted,
       answer,
       onStart: (conversationId, status, turnId) => {
         question.dataset.turn = turnId;
@@ -131,7 +136,9 @@ export class Chat {
           this.router.show(conversationId, { replace: true }); // the new chat got its address
           this.onPlace(conversationId, this.projectId);
         }
-        this.memory.setStatus(status);
+        // A temporary chat's `disabled` is the chat's, not memory's: the panel keeps its own.
+        if (this.temporary.active) this.temporary.opened(true);
+        else this.memory.setStatus(status);
       },
       onError: (text) => this.notice.show(text, "error"),
       // A proposal waits for the person: its card shows at once, while the answer streams on.
@@ -151,7 +158,9 @@ export class Chat {
     if (turn.ended || !this.client) return;
     await this.conversations.load();
     this.conversations.markCurrent(this.conversationId, this.projectId);
-    this.onTitle(this.conversations.titleOf(this.conversationId), this.conversationId);
+    if (!this.temporary.active) {
+      this.onTitle(this.conversations.titleOf(this.conversationId), this.conversationId);
+    }
     turn.labelMemory(await this.memory.turnEnded(turn, before));
     this.onSettled();
   }
@@ -182,5 +191,6 @@ export class Chat {
     this.view.clear();
     this.notice.clear();
     this.composer.reset();
+    this.temporary.reset();
   }
 }

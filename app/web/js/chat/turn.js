@@ -27,13 +27,15 @@ export class Turn {
   // `replaces`: the turn this one regenerates or edits (docs/api.md).
   // `projectId`: the project a new conversation starts in (ignored for an existing one: the
   // server takes its project from the conversation).
-  constructor({ client, message, conversationId, projectId = null, replaces = null, answer,
-    onStart, onError, onMemory = () => {} }) {
+  // `temporary`: the message starts a temporary chat (a new conversation only).
+  constructor({ client, message, conversationId, projectId = null, replaces = null,
+    temporary = false, answer, onStart, onError, onMemory = () => {} }) {
     this.client = client;
     this.message = message;
     this.conversationId = conversationId;
     this.projectId = projectId;
     this.replaces = replaces;
+    this.temporary = temporary;
     this.turnId = null;
     this.answer = answer;
     this.onStart = onStart;
@@ -60,6 +62,7 @@ export class Turn {
     if (this.conversationId) body.conversation_id = this.conversationId;
     else if (this.projectId) body.project_id = this.projectId;
     if (this.replaces) body.replaces = this.replaces;
+    if (this.temporary) body.temporary = true;
     try {
       const response = await this.client.fetch("/v1/chat", { method: "POST", body,
         signal: this.controller.signal, accept: "text/event-stream" });

@@ -14,6 +14,22 @@ import { TARGETS, appliesText, scopeOf, shownTargets } from "./model.js";
 
 const TITLES = { user: "About you", project: "Project notes", memory: "Agent notes" };
 
+// Remember-until: the API's `expires_at` is when the entry leaves (a date's end, UTC); the
+// panel shows and edits the last day it is kept.
+export function lastDay(expiresAt) {
+  const moment = new Date(expiresAt);
+  const midnight = moment.getUTCHours() === 0 && moment.getUTCMinutes() === 0
+    && moment.getUTCSeconds() === 0;
+  if (midnight) moment.setUTCDate(moment.getUTCDate() - 1);
+  return moment.toISOString().slice(0, 10);
+}
+
+function untilText(expiresAt) {
+  const day = new Date(`${lastDay(expiresAt)}T00:00:00Z`);
+  return `Kept until ${day.toLocaleDateString(undefined, { timeZone: "UTC", day: "numeric",
+    month: "short", year: "numeric" })}`;
+}
+
 export class DocumentsSection {
   // apply(operations) -> Promise<boolean>: true when the API accepted the batch.
   // originOf(target, entry) -> string: where the entry came from ("" when not known).
@@ -24,6 +40,7 @@ export class DocumentsSection {
     this.originOf = originOf;
     this.historyOf = historyOf;
     this.editors = 0;
+    this.expiring = {}; // target -> Map(entry text -> expires_at)
     for (const form of root.querySelectorAll(".add-entry")) {
       form.addEventListener("submit", (event) => this.onAdd(event));
     }
@@ -57,6 +74,7 @@ export class DocumentsSection {
 
   renderDocument(target, doc) {
     const { entries, characters, limit } = doc;
+    this.expiring[target] = new Map((doc.expiring || []).map((item) => [item.text, item.expires_at]));
     const percent = Math.min(100, Math.round((characters * 100) / limit));
     const meter = $(`doc-${target}-meter`);
     meter.setAttribute("aria-valuemax", String(limit));
@@ -85,7 +103,11 @@ export class DocumentsSection {
     origin.addEventListener("toggle", () => { if (origin.open) this.fillOrigin(origin); });
     const text = el("div", { className: "entry-text markdown" });
     renderMarkdown(text, entry);
-    const body = el("div", { className: "entry-body" }, [text, origin]);
+    const expiresAt = this.expiryOf(target, entry);
+    const until = el("p", { className: "entry-until muted small",
+      text: expiresAt ? untilText(expiresAt) : "" });
+    until.hidden = !expiresAt;
+    const body = el("div", { className: "entry-body" }, [text, until, origin]);
     item.append(body, el("div", { className: "entry-actions" }, [edit, remove]));
     return item;
   }
@@ -115,10 +137,21 @@ export class DocumentsSection {
     }
   }
 
+  expiryOf(target, entry) {
+    const known = this.expiring[target];
+    return known ? known.get(entry) || null : null;
+  }
+
   startEdit(item, target, entry) {
     const id = `edit-${target}-${crypto.randomUUID()}`;
     const input = el("textarea", { attrs: { id, rows: "3", required: "" } });
     input.value = entry;
+    // Remember until: the last day the entry is kept (empty: kept until removed).
+    const expiresAt = this.expiryOf(target, entry);
+    const kept = expiresAt ? lastDay(expiresAt) : "";
+    const untilInput = el("input", { className: "until-input", attrs: { type: "date",
+      id: `${id}-until`, min: new Date().toISOString().slice(0, 10) } });
+    untilInput.value = kept;
     const restore = () => {
       const fresh = this.entryItem(target, entry);
       item.replaceWith(fresh);
@@ -128,6 +161,8 @@ export class DocumentsSection {
       el("label", { className: "visually-hidden", text: `Edit entry in “${TITLES[target]}”`,
         attrs: { for: id } }),
       input,
+      el("label", { className: "until-field small", attrs: { for: `${id}-until` } },
+        [el("span", { text: "Keep until" }), untilInput]),
       el("div", { className: "edit-actions" }, [
         button("Cancel", restore, { className: "secondary small" }),
         button("Save", null, { className: "primary small", type: "submit" }),
@@ -136,8 +171,11 @@ export class DocumentsSection {
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       const content = input.value.trim();
-      if (!content || content === entry) return restore();
-      await this.apply([{ target, action: "replace", match: entry, content }]);
+      const day = untilInput.value;
+      if (!content || (content === entry && day === kept)) return restore();
+      const operation = { target, action: "replace", match: entry, content };
+      if (day !== kept) operation.until = day || null; // cleared: kept until removed
+      await this.apply([operation]);
     });
     input.addEventListener("keydown", (event) => {
       if (event.key === "Escape") {

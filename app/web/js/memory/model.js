@@ -50,7 +50,14 @@ export function appliesText(target, state, projects = []) {
   return `Chats outside projects, and in ${names}`;
 }
 
-// Entries added and removed per document between two states (entries are unique in a document).
+// When each entry of a document expires (remember-until), by its text.
+function expiriesOf(state, target) {
+  const items = state && state[target] ? state[target].expiring || [] : [];
+  return new Map(items.map((item) => [item.text, item.expires_at]));
+}
+
+// Entries added and removed per document between two states (entries are unique in a document),
+// and those kept whose expiry changed (`retimed`).
 export function diff(before, after) {
   const result = { changed: false };
   for (const target of TARGETS) {
@@ -58,8 +65,10 @@ export function diff(before, after) {
     const now = new Set(entriesOf(after, target));
     const added = [...now].filter((entry) => !old.has(entry));
     const removed = [...old].filter((entry) => !now.has(entry));
-    result[target] = { added, removed };
-    if (added.length || removed.length) result.changed = true;
+    const [was, is] = [expiriesOf(before, target), expiriesOf(after, target)];
+    const retimed = [...now].filter((entry) => old.has(entry) && was.get(entry) !== is.get(entry));
+    result[target] = { added, removed, retimed };
+    if (added.length || removed.length || retimed.length) result.changed = true;
   }
   return result;
 }
@@ -74,9 +83,9 @@ export function summarize(difference) {
   let updated = 0;
   let removed = 0;
   for (const target of TARGETS) {
-    const { added: plus, removed: minus } = difference[target];
+    const { added: plus, removed: minus, retimed = [] } = difference[target];
     const pairs = Math.min(plus.length, minus.length);
-    updated += pairs;
+    updated += pairs + retimed.length;
     added += plus.length - pairs;
     removed += minus.length - pairs;
   }
