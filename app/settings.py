@@ -121,6 +121,11 @@ class Settings(BaseSettings):
     # Conversation search (docs/conversation-search.md)
     search_timeout_seconds: float = Field(default=2.0, ge=0.05, le=60)
     search_postgres_config: str = Field(default="simple", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    # Recall of earlier chats (docs/conversation-search.md#recall): whether a person who never
+    # chose gets it, and the bounds of each turn's recall block (snippets, characters).
+    recall_chats_default: bool = False
+    recall_max_snippets: int = Field(default=3, ge=1, le=10)
+    recall_max_chars: int = Field(default=1_200, ge=100, le=8_000)
 
     # Transcripts: "durable" commits wait for the WAL flush (and a synchronous standby) like
     # memory commits; "async" does not (PostgreSQL only; docs/operations-deployment.md has its

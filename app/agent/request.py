@@ -73,6 +73,9 @@ class TurnRequest:
     # The memory read the route started after its admission: the opening awaits it instead of
     # reading (None: it reads).
     memory_read: MemoryRead | None = None
+    # Whether the turn may recall earlier chats, when the person has it on (app/agent/recall.py):
+    # only /v1/chat asks; other routes keep their own history.
+    recall: bool = False
 
     @property
     def stored_in(self) -> str | None:

@@ -286,6 +286,7 @@ async def chat(
             admission=admission,
             written=written,
             memory_read=memory_read,
+            recall=True,
         ),
         TurnServices(
             settings=runtime.settings,

@@ -13,6 +13,7 @@ import structlog
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
+from app.agent.sources import stored_sources
 from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import error_responses
 from app.api.memory import MemoryState, memory_state, memory_unavailable, require_writes
@@ -180,7 +181,7 @@ def _json(value: Any) -> str:
 
 
 def _message_view(message: StoredMessage) -> dict[str, Any]:
-    return {
+    view: dict[str, Any] = {
         "role": message.role,
         "content": message.content,
         "status": message.status,
@@ -188,6 +189,9 @@ def _message_view(message: StoredMessage) -> dict[str, Any]:
         "created_at": iso_utc(message.created_at),
         "superseded_by": message.superseded_by,  # regenerate, edit
     }
+    if message.role == "assistant":
+        view["sources"] = stored_sources(message.sources)  # the answer's (docs/api.md)
+    return view
 
 
 async def _export_body(

@@ -102,6 +102,23 @@ class MemoryControl:
     async def save_mode(self, user_id: str) -> SaveMode:
         return await to_thread(self._save_mode, user_id)
 
+    def _settings(self, user_id: str) -> tuple[SaveMode, bool | None]:
+        with self.engine.connect() as connection:
+            mode = proposals.save_mode(connection, user_id)
+            return mode, proposals.recall_chats(connection, user_id)
+
+    def _recall_chats(self, user_id: str) -> bool | None:
+        with self.engine.connect() as connection:
+            return proposals.recall_chats(connection, user_id)
+
+    async def recall_chats(self, user_id: str) -> bool | None:
+        """The person's recall choice (None: never chosen); read by each /v1/chat turn."""
+        return await to_thread(self._recall_chats, user_id)
+
+    async def settings(self, user_id: str) -> tuple[SaveMode, bool | None]:
+        """The save mode and the recall choice (None: never chosen)."""
+        return await to_thread(self._settings, user_id)
+
     # -- proposals ------------------------------------------------------------------------
 
     def _pending(self, user_id: str, project_id: str | None) -> list[Proposal]:

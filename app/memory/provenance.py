@@ -12,7 +12,8 @@ from typing import Any, Literal, get_args
 
 from app.memory.rules import TARGETS, Change, MemoryValidationError, Operation
 
-Source = Literal["turn", "api", "undo", "proposal", "mcp"]
+# `sources`: an entry the person removed with "Wrong" under an answer (app/agent/sources.py).
+Source = Literal["turn", "api", "undo", "proposal", "mcp", "sources"]
 # Who proposed a proposal: a turn under `ask`, an MCP client under `ask`, or an import.
 Proposer = Literal["turn", "mcp", "import"]
 SaveMode = Literal["auto", "ask"]

@@ -374,6 +374,10 @@ def set_save_mode(unit: UnitOfWork, mode: SaveMode) -> None:
     proposals.set_save_mode(unit.connection, unit.user_id, mode)
 
 
+def set_recall_chats(unit: UnitOfWork, recall: bool) -> None:
+    proposals.set_recall_chats(unit.connection, unit.user_id, recall)
+
+
 def probe(unit: UnitOfWork) -> bool:
     """The readiness probe's writes: insert a document, read it, update it, read it again.
     Whether both reads saw the writes; the caller rolls the unit of work back."""
