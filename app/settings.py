@@ -113,7 +113,7 @@ class Settings(BaseSettings):
     # GET /v1/memory/export reads and writes this many rows at a time (history, conversations,
     # messages): its memory is bounded by a page, whatever the transcript's size.
     export_page_rows: int = Field(default=200, ge=1, le=10_000)
-    prompt_version: str = Field(default="v4", pattern=r"^v\d+$")
+    prompt_version: str = Field(default="v5", pattern=r"^v\d+$")
     eval_prompt_version: str = Field(default="v1", pattern=r"^v\d+$")
     history_messages: int = Field(default=20, ge=0, le=200)
     max_message_chars: int = Field(default=32_000, ge=1, le=200_000)

@@ -46,7 +46,8 @@ SEARCH_TOOL: dict[str, Any] = {
         "description": (
             "Search the user's earlier conversations (their stored messages, not memory) for "
             "words. Use it when the user asks about something discussed before that your "
-            "memory does not hold. Results are short plain-text snippets of matching messages."
+            "memory does not hold. Results are the best-matching messages first, each a short "
+            "plain-text snippet with its conversation's title and date."
         ),
         "parameters": {
             "type": "object",
@@ -54,7 +55,10 @@ SEARCH_TOOL: dict[str, Any] = {
                 "query": {
                     "type": "string",
                     "maxLength": MAX_QUERY_CHARS,
-                    "description": "Words to look for (all are required).",
+                    "description": (
+                        "A few distinctive words; any may match, messages with more and "
+                        'rarer ones rank first; "quoted words" must appear as a phrase.'
+                    ),
                 },
                 "limit": {
                     "type": "integer",

@@ -56,13 +56,17 @@ def _result(result: SearchResult) -> dict[str, Any]:
         "role": result.role,
         "snippet": result.snippet,
         "created_at": iso_utc(result.created_at),
+        "score": round(result.score, 6),
     }
 
 
 # Declared before /v1/conversations/{conversation_id}, which would otherwise take "search".
 @router.get(
     "/v1/conversations/search",
-    summary="Search the caller's messages (of one project with ?project_id=), best match first",
+    summary=(
+        "Search the caller's messages (of one project with ?project_id=): any word may match, "
+        'best match first, ties newest first; "quoted words" as a phrase'
+    ),
     responses=error_responses(401, 404, 422, 503),
 )
 async def search_conversations(

@@ -1,22 +1,26 @@
-"""Full-text search over one user's stored messages: one strategy per dialect behind `search`.
+"""Ranked full-text search over one user's stored messages: one strategy per dialect behind
+`search`, every one answering the same question: which of the owner's messages match ANY of the
+query's words (and every quoted phrase), best first by relevance (rarer words, more of them, in
+a shorter message), ties newest first.
 
 SQLite: the FTS5 table `amem_message_search` (external content, kept in sync by triggers) over
 each message's words and its owner's token, so the owner is matched inside the index; ranked by
-the words' frequency in each candidate (`term_frequency_rank`). PostgreSQL: the `search_vector`
-column (a tsvector in the configured text search configuration, `simple` by default, plus the
-owner's lexeme) with one partial GIN index per owner bucket (`search_bucket`, revision 0007),
-ranked by ts_rank. MariaDB/MySQL: an InnoDB FULLTEXT index,
-ranked by its relevance; words it cannot index (shorter than three characters, InnoDB
-stopwords) fall back to LIKE. SQL Server (and a query with no indexable word on MariaDB): LIKE
-over the caller's messages, newest first. Revision 0006 creates the indexes. Ranking looks at
-the caller's newest CANDIDATES matches (all of them, unless a word is in more than that many of
-their messages), so a very common word stays fast.
+FTS5's own `bm25()` (the owner's column weighted 0). PostgreSQL: the `search_vector` column (a
+tsvector in the configured text search configuration, `simple` by default, plus the owner's
+lexeme) with one partial GIN index per owner bucket (`search_bucket`, revision 0007); ranked by
+BM25 computed in the statement over the owner's matches: each part's frequency in the message
+from `ts_rank_cd` (exact for a word), its document frequency and the owner's message count from
+the owner's own rows, so the cost is the owner's, not the table's. MariaDB/MySQL: an InnoDB
+FULLTEXT index in boolean mode with optional words, ranked by its relevance (TF-IDF over the
+table); words it cannot index (shorter than three characters, InnoDB stopwords) are left out
+when others remain, else LIKE. SQL Server: LIKE, ranked by how many of the words a message holds.
+Revision 0006 creates the indexes.
 
 The owner is a bound parameter in every strategy (in the index where it holds the owner, and
 always on the join); the query is built from words alone (see `search_text`), so no query text
-can change the SQL or reach another user's rows. Each statement shape (dialect, how many words,
-whether a turn is left out, the limit; on PostgreSQL the owner's bucket, an integer spelled
-into the SQL) is built once and run with its values bound.
+can change the SQL or reach another user's rows. Each statement shape (dialect, how many terms
+and phrases, whether a turn is left out, the limit; on PostgreSQL the owner's bucket, an integer
+spelled into the SQL) is built once and run with its values bound.
 """
 
 from __future__ import annotations
@@ -30,26 +34,33 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Float,
     Select,
-    Subquery,
     and_,
     bindparam,
+    case,
     cast,
     column,
     func,
     literal,
     literal_column,
+    or_,
     select,
     table,
     text,
+    true,
+    type_coerce,
 )
 from sqlalchemy.dialects.mysql import match
 from sqlalchemy.dialects.postgresql import REGCONFIG, TSQUERY
 
 from app.conversations.search_text import (
+    SearchQuery,
     like_pattern,
     mariadb_boolean,
-    mariadb_indexed,
+    mariadb_phrases,
+    parse_query,
+    postgres_parts,
     postgres_tsquery,
     sqlite_match,
 )
@@ -65,8 +76,8 @@ from app.db.schema import (
 )
 
 MAX_RESULTS = 50
-CANDIDATES = 1_000
-AVERAGE_MESSAGE_CHARS = 200.0  # the length at which BM25 neither favours nor penalizes
+# BM25's parameters (PostgreSQL's rank; FTS5's bm25() has the same defaults built in).
+K1, B = 1.2, 0.75
 HIT_COLUMNS = ("id", "conversation_id", "title", "role", "content", "created_at")
 
 messages, owners = conversation_messages, conversations
@@ -76,12 +87,16 @@ _fts = table(SEARCH_FTS_TABLE, column("rowid"))
 
 @dataclass(frozen=True)
 class SearchHit:
+    """One of the owner's messages that matched, with its relevance `score` (higher is better;
+    comparable within one search only, not across searches or dialects)."""
+
     message_id: int
     conversation_id: str
     title: str
     role: str
     content: str
     created_at: datetime
+    score: float
 
 
 # `search`'s project: every conversation of the owner's (the default, never a project's id),
@@ -101,282 +116,308 @@ def _project_conditions(mode: int) -> list[Any]:
     return []
 
 
-def _base(exclude_turn: bool, project_mode: int = 0) -> tuple[Select[Any], list[Any]]:
-    query = select(
-        messages.c.id,
-        messages.c.conversation_id,
-        owners.c.title,
-        messages.c.role,
-        messages.c.content,
-        messages.c.created_at,
-    ).select_from(messages.join(owners, owners.c.id == messages.c.conversation_id))
+def _owned(exclude_turn: bool, project_mode: int) -> list[Any]:
     conditions: list[Any] = [
         owners.c.user_id == bindparam("owner_id"),
         *_project_conditions(project_mode),
     ]
     if exclude_turn:
         conditions.append(messages.c.turn_id != bindparam("exclude_turn_id"))
-    return query, conditions
+    return conditions
 
 
-def _sqlite(query: Select[Any]) -> Select[Any]:
-    """The owner's token and the words, intersected inside the index (the owner is also checked
-    on the join, like every strategy); ranked outside the candidates by `term_frequency_rank`."""
-    match = text(f"{SEARCH_FTS_TABLE} MATCH :fts_query")
-    return query.join(_fts, _fts.c.rowid == messages.c.id).where(match)
+def _joined() -> Any:
+    return messages.join(owners, owners.c.id == messages.c.conversation_id)
 
 
-def term_frequencies(needles: int) -> list[ColumnElement[Any]]:
-    """For each word (bound as `tf_N`), how often it occurs in the message's text (ASCII case
-    folded), labelled `tf_N`: computed once per candidate, inside the candidates."""
-    folded = func.lower(messages.c.content)  # ASCII only, so it keeps the length
-    frequencies: list[ColumnElement[Any]] = []
-    for index in range(needles):
-        needle: Score = bindparam(f"tf_{index}")
-        removed = func.length(messages.c.content) - func.length(func.replace(folded, needle, ""))
-        frequencies.append((removed / func.length(needle)).label(f"tf_{index}"))
-    return frequencies
+def _hits(score: Score) -> Select[Any]:
+    return select(
+        messages.c.id,
+        messages.c.conversation_id,
+        owners.c.title,
+        messages.c.role,
+        messages.c.content,
+        messages.c.created_at,
+        type_coerce(score, Float).label("score"),
+    ).select_from(_joined())
 
 
-def term_frequency_rank(candidates: Subquery, needles: int) -> Score:
-    """BM25's term-frequency part (k1 1.2, b 0.75) without its IDF: each word's frequency in
-    the message, saturated and normalized by the message's length in characters.
+# -- SQLite: FTS5 and its bm25() ---------------------------------------------------------------
 
-    Not FTS5's bm25(): on every query it counts every row of the whole table that holds each
-    term of the query (the owner's token too), so its cost grows with the table rather than
-    with the candidates (docs/conversation-search.md has the figures). This costs a
-    few string functions per candidate. Every candidate holds every word (all are required), so
-    the IDF would only weigh one word's repeats against another's."""
-    norm = 1.2 * (0.25 + 0.75 * func.length(candidates.c.content) / AVERAGE_MESSAGE_CHARS)
-    rank: Score = literal(0.0)
-    for index in range(needles):
-        tf = candidates.c[f"tf_{index}"]
-        rank = rank + tf * 2.2 / (tf + norm)
-    return rank
+# bm25() of the FTS5 table, the owner's column weighted 0 (it only scopes); FTS5's bm25 is
+# lower for better matches, so the score is its negation.
+_BM25: ColumnElement[Any] = literal_column(f"bm25({SEARCH_FTS_TABLE}, 1.0, 0.0)")
 
 
-def _words_tsquery() -> ColumnElement[Any]:
-    return func.to_tsquery(cast(bindparam("ts_config"), REGCONFIG), bindparam("ts_query"))
+def _sqlite(exclude_turn: bool, limit: int, project_mode: int) -> Select[Any]:
+    """The owner's token and the query, intersected inside the index (the owner is also checked
+    on the join, like every strategy); every match of the owner's ranked by bm25()."""
+    score = -_BM25
+    return (
+        _hits(score)
+        .join(_fts, _fts.c.rowid == messages.c.id)
+        .where(text(f"{SEARCH_FTS_TABLE} MATCH :fts_query"), *_owned(exclude_turn, project_mode))
+        .order_by(_BM25, messages.c.id.desc())
+        .limit(limit)
+    )
 
 
-def _tsquery() -> ColumnElement[Any]:
-    """The owner's lexeme and the words, intersected inside the index."""
-    return _words_tsquery().op("&&")(cast(bindparam("ts_owner"), TSQUERY))
+# -- PostgreSQL: BM25 over the owner's matches ---------------------------------------------------
+
+
+def _config_query(name: str) -> ColumnElement[Any]:
+    return func.to_tsquery(cast(bindparam("ts_config"), REGCONFIG), bindparam(name))
 
 
 def _postgres(
-    exclude_turn: bool, limit: int, owner_bucket: int, project_mode: int = 0
+    parts: int, exclude_turn: bool, limit: int, owner_bucket: int, project_mode: int
 ) -> Select[Any]:
-    """The owner's newest CANDIDATES matches carry only their id and tsvector; they are ranked
-    by ts_rank, and only the best `limit` are joined to their rows and conversations (the owner
-    checked again). Carrying every match's content and title through the sort to the newest
-    had cost as much as finding a common word's matches."""
+    """BM25 in one statement. The owner's matches (the GIN index of the owner's bucket, the
+    owner's lexeme intersected with the query inside it, the owner checked on the join) carry
+    their id and tsvector; over them, each part's document frequency and the average length;
+    the owner's message count in scope; each match's score; only the best `limit` are joined to
+    their rows. A part's frequency in a message is `ts_rank_cd` with every weight 1: the number
+    of its occurrences for a word or prefix (a phrase: its covers, each near 1)."""
     vector: ColumnElement[Any] = literal_column(f"{messages.name}.{SEARCH_VECTOR_COLUMN}")
     bucket: ColumnElement[Any] = literal_column(f"{messages.name}.{SEARCH_BUCKET_COLUMN}")
     # The owner's bucket is spelled into the SQL (an integer computed here, never user text),
     # so that the planner picks that bucket's partial index whatever plan it caches.
     owned_bucket = bucket == literal_column(str(int(owner_bucket)))
+    matched = _config_query("ts_query")
     # Words the configuration's parser drops leave an empty tsquery, and the owner's lexeme
     # alone would then match every message the owner has: such a query finds nothing.
-    has_words = func.numnode(_words_tsquery()) > 0
-    conditions: list[Any] = [
-        vector.op("@@", is_comparison=True)(_tsquery()),
-        owned_bucket,
-        has_words,
-    ]
-    if exclude_turn:
-        conditions.append(messages.c.turn_id != bindparam("exclude_turn_id"))
-    # `id + 0` is not the primary key's order, so the planner keeps the GIN scan, bounded by
-    # the owner's matches, instead of walking every user's messages newest first until
-    # enough of them match (a common word's worst case: over 100,000 rows).
-    # The owner is checked on the conversation before the newest are kept, not only after the
-    # rank: the owner's lexeme shares the tsvector with the words, so another user's message
-    # can spell it, and such messages must not take the owner's candidates.
+    has_words = func.numnode(matched) > 0
+    in_index = matched.op("&&")(cast(bindparam("ts_owner"), TSQUERY))
     candidates = (
         select(messages.c.id, vector.label("vector"))
-        .select_from(messages.join(owners, owners.c.id == messages.c.conversation_id))
+        .select_from(_joined())
         .where(
-            *conditions,
-            owners.c.user_id == bindparam("owner_id"),
-            *_project_conditions(project_mode),
+            vector.op("@@", is_comparison=True)(in_index),
+            owned_bucket,
+            has_words,
+            *_owned(exclude_turn, project_mode),
         )
-        .order_by((messages.c.id + literal_column("0")).desc())
-        .limit(CANDIDATES)
-        .subquery("candidates")
+        .cte("candidates")
     )
-    rank = func.ts_rank(candidates.c.vector, _tsquery()).label("rank")
+    part_queries = [_config_query(f"ts_part_{index}") for index in range(parts)]
+    stats = select(
+        func.avg(func.length(candidates.c.vector)).label("avgdl"),
+        *(
+            func.count()
+            .filter(candidates.c.vector.op("@@", is_comparison=True)(query))
+            .label(f"df_{index}")
+            for index, query in enumerate(part_queries)
+        ),
+    ).subquery("stats")
+    # The owner's messages in the same scope: BM25's N, so a word's rarity is the owner's.
+    total = (
+        select(func.count().label("n"))
+        .select_from(_joined())
+        .where(*_owned(exclude_turn=False, project_mode=project_mode))
+        .subquery("total")
+    )
+    ones: ColumnElement[Any] = literal_column("'{1,1,1,1}'::float4[]")
+    norm = K1 * (1 - B + B * func.length(candidates.c.vector) / func.greatest(stats.c.avgdl, 1))
+    score: Score = literal(0.0)
+    for index, query in enumerate(part_queries):
+        tf = func.ts_rank_cd(ones, candidates.c.vector, query)
+        df = stats.c[f"df_{index}"]
+        idf = func.ln(1 + (total.c.n - df + 0.5) / (df + 0.5))
+        score = score + idf * tf * (K1 + 1) / (tf + norm)
+    rank = score.label("rank")
     best = (
         select(candidates.c.id, rank)
+        .select_from(candidates.join(stats, true()).join(total, true()))
         .order_by(rank.desc(), candidates.c.id.desc())
         .limit(limit)
         .subquery("best")
     )
-    query, owned = _base(exclude_turn=False)
     return (
-        query.join(best, best.c.id == messages.c.id)
-        .where(*owned)
+        _hits(best.c.rank)
+        .join(best, best.c.id == messages.c.id)
+        .where(*_owned(exclude_turn=False, project_mode=0))
         .order_by(best.c.rank.desc(), best.c.id.desc())
     )
 
 
-def _mariadb(query: Select[Any], indexed: bool, others: int) -> tuple[Select[Any], Score]:
-    """FULLTEXT for the words InnoDB indexes, LIKE for the others (all still required)."""
-    if not indexed:
-        return _like(query, others)
-    if others:
-        query, _none = _like(query, others)
-    relevance = match(messages.c.content, against=bindparam("ft_query")).in_boolean_mode()
-    return query.where(relevance), relevance
+# -- MariaDB / MySQL: FULLTEXT, or LIKE -------------------------------------------------------
 
 
-def _like(query: Select[Any], count: int) -> tuple[Select[Any], Score]:
-    patterns = [
-        messages.c.content.like(bindparam(f"like_{index}"), escape="\\") for index in range(count)
+def _like_any(terms: int, phrases: int) -> tuple[Any, Score]:
+    """LIKE: any term and every phrase (each as its words with single spaces); the score is how
+    many of the terms a message holds."""
+    term_likes = [
+        messages.c.content.like(bindparam(f"like_{index}"), escape="\\") for index in range(terms)
     ]
-    return query.where(and_(*patterns)), literal(0)  # unranked: newest first
+    phrase_likes = [
+        messages.c.content.like(bindparam(f"like_phrase_{index}"), escape="\\")
+        for index in range(phrases)
+    ]
+    held: Score = literal(0)
+    for condition in term_likes:
+        held = held + case((condition, 1), else_=0)
+    conditions = [*phrase_likes] + ([or_(*term_likes)] if term_likes and not phrases else [])
+    return and_(true(), *conditions), held
 
 
-def _split(dialect: str, words: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """MariaDB's FULLTEXT words and LIKE words; every other dialect: (), words."""
-    if dialect not in ("mysql", "mariadb"):
-        return (), words
-    indexed = mariadb_indexed(words)
-    return indexed, tuple(word for word in words if word not in indexed)
+def _mariadb(
+    indexed: bool, terms: int, phrases: int, exclude_turn: bool, limit: int, project_mode: int
+) -> Select[Any]:
+    """FULLTEXT in boolean mode for what InnoDB indexes (optional words, required phrases),
+    ranked by its relevance; phrases it cannot index are required by LIKE. Without anything
+    indexable, LIKE alone (`_like_any`)."""
+    if not indexed:
+        return _like_statement(terms, phrases, exclude_turn, limit, project_mode)
+    relevance = match(messages.c.content, against=bindparam("ft_query")).in_boolean_mode()
+    condition, _held = _like_any(0, phrases)
+    return (
+        _hits(relevance)
+        .where(relevance, condition, *_owned(exclude_turn, project_mode))
+        .order_by(literal_column("score").desc(), messages.c.id.desc())
+        .limit(limit)
+    )
+
+
+def _like_statement(
+    terms: int, phrases: int, exclude_turn: bool, limit: int, project_mode: int
+) -> Select[Any]:
+    condition, held = _like_any(terms, phrases)
+    return (
+        _hits(held)
+        .where(condition, *_owned(exclude_turn, project_mode))
+        .order_by(held.desc(), messages.c.id.desc())
+        .limit(limit)
+    )
+
+
+# -- shapes and values --------------------------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=2048)
 def _shape(
     dialect: str,
+    terms: int,
+    phrases: int,
     indexed: bool,
-    others: int,
     exclude_turn: bool,
     limit: int,
     bucket: int,
-    project_mode: int = 0,
+    project_mode: int,
 ) -> Select[Any]:
     """The statement for one shape of query, every value but PostgreSQL's owner bucket a named
     bind parameter (`_values`): built once per shape, as building it costs more than the
     search of a rare word."""
+    if dialect == "sqlite":
+        return _sqlite(exclude_turn, limit, project_mode)
     if dialect == "postgresql":
-        return _postgres(exclude_turn, limit, bucket, project_mode)
-    query, conditions = _base(exclude_turn, project_mode)
-    matched: Select[Any]
-    score: Score
-    carried: list[ColumnElement[Any]] = []
-    if dialect == "sqlite":
-        matched, score, carried = _sqlite(query), literal(0), term_frequencies(others)
-    elif dialect in ("mysql", "mariadb"):
-        matched, score = _mariadb(query, indexed, others)
-    else:
-        matched, score = _like(query, others)
-    # Rank the newest CANDIDATES matches (all of them for most queries): the engines then stop
-    # early for a word in most messages instead of scoring every one of them.
-    # SQLite orders by the FTS5 rowid (the message id): FTS5 then returns matches newest first
-    # from its own index and stops at the limit, instead of sorting every match.
-    sqlite = dialect == "sqlite"
-    newest = _fts.c.rowid if sqlite else messages.c.id
-    candidates = (
-        matched.add_columns(score.label("score"), *carried)
-        .where(*conditions)
-        .order_by(newest.desc())
-        .limit(CANDIDATES)
-        .subquery("candidates")
-    )
-    ranked = term_frequency_rank(candidates, others) if sqlite else candidates.c.score
-    return (
-        select(*(candidates.c[name] for name in HIT_COLUMNS))
-        .order_by(ranked.desc(), candidates.c.id.desc())
-        .limit(limit)
-    )
+        return _postgres(terms + phrases, exclude_turn, limit, bucket, project_mode)
+    if dialect in ("mysql", "mariadb"):
+        return _mariadb(indexed, terms, phrases, exclude_turn, limit, project_mode)
+    return _like_statement(terms, phrases, exclude_turn, limit, project_mode)
 
 
-def _values(
-    dialect: str,
-    user_id: str,
-    words: tuple[str, ...],
-    split: tuple[tuple[str, ...], tuple[str, ...]],
-    exclude_turn_id: str | None,
-    postgres_config: str,
-    project: str | None = ANY_PROJECT,
-) -> dict[str, Any]:
-    values: dict[str, Any] = {"owner_id": user_id}
-    if _project_mode(project) == 2:
-        values["project_key"] = project
-    if exclude_turn_id is not None:
-        values["exclude_turn_id"] = exclude_turn_id
-    indexed, others = split
-    if dialect == "sqlite":
-        match_text = f'owner : "{owner_token(user_id)}" AND content : ({sqlite_match(words)})'
-        values["fts_query"] = match_text
-        values.update((f"tf_{index}", word) for index, word in enumerate(words))
-    elif dialect == "postgresql":
-        values["ts_config"] = postgres_config
-        values["ts_query"] = postgres_tsquery(words)
-        values["ts_owner"] = f"'{postgres_owner_lexeme(user_id)}'"
-    else:
-        values.update((f"like_{index}", like_pattern(word)) for index, word in enumerate(others))
-        if indexed:
-            values["ft_query"] = mariadb_boolean(indexed)
+def _like_values(query: SearchQuery, phrases: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
+    values = {f"like_{index}": like_pattern(word) for index, word in enumerate(query.terms)}
+    values.update(
+        (f"like_phrase_{index}", like_pattern(" ".join(phrase)))
+        for index, phrase in enumerate(phrases)
+    )
     return values
 
 
 def _prepared(
     dialect: str,
     user_id: str,
-    words: tuple[str, ...],
+    query: SearchQuery,
     limit: int,
     exclude_turn_id: str | None,
     postgres_config: str,
-    project: str | None = ANY_PROJECT,
+    project: str | None,
 ) -> tuple[Select[Any], dict[str, Any]]:
-    indexed, others = split = _split(dialect, words)
-    postgres = dialect == "postgresql"  # one shape whatever the words; one per owner bucket
+    values: dict[str, Any] = {"owner_id": user_id}
+    mode = _project_mode(project)
+    if mode == 2:
+        values["project_key"] = project
+    if exclude_turn_id is not None:
+        values["exclude_turn_id"] = exclude_turn_id
+    terms, phrases, indexed, bucket = len(query.terms), len(query.phrases), False, 0
+    if dialect == "sqlite":
+        match_text = f'owner : "{owner_token(user_id)}" AND content : ({sqlite_match(query)})'
+        values["fts_query"] = match_text
+    elif dialect == "postgresql":
+        bucket = postgres_search_bucket(user_id)
+        values["ts_config"] = postgres_config
+        values["ts_query"] = postgres_tsquery(query)
+        values["ts_owner"] = f"'{postgres_owner_lexeme(user_id)}'"
+        values.update(
+            (f"ts_part_{index}", part) for index, part in enumerate(postgres_parts(query))
+        )
+    elif dialect in ("mysql", "mariadb"):
+        boolean = mariadb_boolean(query)
+        indexed = bool(boolean)
+        if indexed:
+            values["ft_query"] = boolean
+            unindexed = mariadb_phrases(query)[1]
+            values.update(_like_values(SearchQuery(), unindexed))
+            phrases = len(unindexed)
+        else:
+            values.update(_like_values(query, query.phrases))
+    else:
+        values.update(_like_values(query, query.phrases))
     shape = _shape(
         dialect,
-        bool(indexed),
-        0 if postgres else len(others),
+        terms,
+        phrases,
+        indexed,
         exclude_turn_id is not None,
         max(1, min(limit, MAX_RESULTS)),
-        postgres_search_bucket(user_id) if postgres else 0,
-        _project_mode(project),
+        bucket,
+        mode,
     )
-    values = _values(dialect, user_id, words, split, exclude_turn_id, postgres_config, project)
     return shape, values
 
 
 def statement(
     dialect: str,
     user_id: str,
-    words: tuple[str, ...],
+    query: SearchQuery | str,
     limit: int,
     *,
     exclude_turn_id: str | None = None,
     postgres_config: str = "simple",
+    project: str | None = ANY_PROJECT,
 ) -> Select[Any]:
     """The query for `dialect` (a SQLAlchemy dialect name) with its values bound, for EXPLAIN
-    and compile checks; `words` must not be empty. `search` runs the same statement."""
-    shape, values = _prepared(dialect, user_id, words, limit, exclude_turn_id, postgres_config)
+    and compile checks; the query must hold a word. `search` runs the same statement."""
+    parsed = parse_query(query) if isinstance(query, str) else query
+    shape, values = _prepared(
+        dialect, user_id, parsed, limit, exclude_turn_id, postgres_config, project
+    )
     return shape.params(values)
 
 
 def search(
     connection: Connection,
     user_id: str,
-    words: tuple[str, ...],
+    query: SearchQuery | str,
     limit: int,
     *,
     exclude_turn_id: str | None = None,
     postgres_config: str = "simple",
     project: str | None = ANY_PROJECT,
 ) -> list[SearchHit]:
-    """The caller's best-matching messages for `words` (all required), best first; `project`
-    narrows them to one project's conversations, or (None) to those outside projects."""
-    if not words:
+    """The owner's messages that match `query` (any word, every quoted phrase; text is parsed
+    by `parse_query`), best first with their scores, ties newest first, at most `limit`
+    (capped at MAX_RESULTS); `project` narrows them to one project's conversations, or (None)
+    to those outside projects; `exclude_turn_id` leaves out one turn's messages."""
+    parsed = parse_query(query) if isinstance(query, str) else query
+    if not parsed:
         return []
+    dialect = connection.dialect.name
     shape, values = _prepared(
-        connection.dialect.name, user_id, words, limit, exclude_turn_id, postgres_config, project
+        dialect, user_id, parsed, limit, exclude_turn_id, postgres_config, project
     )
-    if connection.dialect.name != "postgresql":
+    if dialect != "postgresql":
         return [SearchHit(*row) for row in connection.execute(shape, values).all()]
     # Planned for its own words and owner every time, never prepared: psycopg prepares a
     # statement after a few runs, and PostgreSQL's generic plan for it, made without knowing

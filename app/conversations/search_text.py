@@ -1,9 +1,11 @@
-"""Pure text rules of conversation search: how any query text becomes words, how each engine's
-query is spelled from those words alone, and how a matched message becomes a marked snippet.
+"""Pure text rules of conversation search: how any query text becomes a `SearchQuery` (optional
+words, required quoted phrases, the last word as a prefix), how each engine's query is spelled
+from those words alone, and how a matched message becomes a marked snippet.
 
-Search syntax in a query (quotes, `*`, `NEAR`, `AND`/`OR`/`NOT`, parentheses, SQL) is never
-passed to an engine: the query is cut into words (runs of letters and digits), and each engine's
-query is built from those words, which hold no operator character, and bound as a parameter.
+Search syntax in a query (`*`, `NEAR`, `AND`/`OR`/`NOT`, parentheses, SQL) is never passed to an
+engine: the query is cut into words (runs of letters and digits), and each engine's query is
+built from those words, which hold no operator character, and bound as a parameter. The only
+syntax read is a pair of double quotes, which makes the words between them a phrase.
 """
 
 from __future__ import annotations
@@ -103,14 +105,138 @@ def query_words(text: str) -> tuple[str, ...]:
     return tuple(words)
 
 
-def sqlite_match(words: tuple[str, ...]) -> str:
-    """FTS5: every word as a quoted prefix term, all required (implicit AND)."""
-    return " ".join(f'"{word}"*' for word in words)
+@dataclass(frozen=True)
+class SearchQuery:
+    """What a query asks for. `terms`: words any of which may match (function words left out
+    when the query has other words), ranked by how rare and how frequent they are; `phrases`:
+    quoted runs of words, each required in that order; `prefix`: the last term is the start of
+    a word still being typed (the query ends right after it)."""
+
+    terms: tuple[str, ...] = ()
+    phrases: tuple[tuple[str, ...], ...] = ()
+    prefix: bool = False
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        """Every word of the query (terms, then the phrases' words): what a snippet marks."""
+        seen = list(self.terms)
+        seen.extend(word for phrase in self.phrases for word in phrase if word not in seen)
+        return tuple(seen)
+
+    @property
+    def parts(self) -> tuple[str | tuple[str, ...], ...]:
+        """What the rank weighs, one by one: each term, then each phrase."""
+        return (*self.terms, *self.phrases)
+
+    def __bool__(self) -> bool:
+        return bool(self.terms or self.phrases)
 
 
-def postgres_tsquery(words: tuple[str, ...]) -> str:
-    """`to_tsquery` text: every word quoted, as a prefix, all required."""
-    return " & ".join(f"'{word}':*" for word in words)
+# English function words: left out of a query that has other words, so that "what did we
+# decide about the trip" ranks by "decide" and "trip". A query made only of them keeps them.
+_STOPWORD_TEXT = """a about above after again against all am an and any are aren as at be
+    because been before being below between both but by can could couldn did didn do does doesn
+    doing don down during
+    each few for from further had hadn has hasn have haven having he her here hers herself him
+    himself his how i if in into is isn it its itself just let ll me more most much my myself no
+    nor not now of off on once only or other our ours ourselves out over own re same she should
+    so some such t than that the their theirs them themselves then there these they this those
+    through to too under until up ve very was wasn we were weren what when where which while who
+    whom why will with won would you your yours yourself yourselves s d m o y ago also anything
+    something tell told remember recall said say says talk talked discuss discussed mention
+    mentioned us ever"""
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u201e": '"'})  # “ ” „
+MAX_PHRASES = 4
+MIN_PREFIX_CHARS = 2  # a shorter last word being typed is left out (it matches too much)
+
+
+def _segment_words(text: str) -> list[tuple[str, int]]:
+    """The lower-case words of `text` and where each ends."""
+    return [(text[start:end].lower()[:MAX_WORD_CHARS], end) for start, end in word_spans(text)]
+
+
+def parse_query(text: str) -> SearchQuery:
+    """A query's words, phrases and prefix (module docstring: never syntax but quotes)."""
+    text = text[:MAX_QUERY_CHARS].translate(_QUOTES)
+    pieces = text.split('"')
+    terms: list[str] = []
+    phrases: list[tuple[str, ...]] = []
+    last_end, last_in_phrase, count = -1, False, 0
+    for index, piece in enumerate(pieces):
+        # Odd pieces lie between a pair of quotes; an unclosed quote's words are plain words.
+        quoted = index % 2 == 1 and index < len(pieces) - 1
+        offset = sum(len(part) + 1 for part in pieces[:index])
+        found = _segment_words(piece)
+        if not found:
+            continue
+        last_end, last_in_phrase = offset + found[-1][1], quoted
+        if quoted and len(phrases) < MAX_PHRASES:
+            words = tuple(word for word, _end in found)[: MAX_QUERY_WORDS - count]
+            if len(words) == 1 and words[0] not in terms:
+                terms.append(words[0])  # one quoted word: a word like any other, not a prefix
+                last_in_phrase = True
+            elif len(words) > 1 and words not in phrases:
+                phrases.append(words)
+            count += len(words)
+            continue
+        for word, _end in found:
+            if count < MAX_QUERY_WORDS and word not in terms:
+                terms.append(word)
+                count += 1
+    prefix = bool(terms) and not last_in_phrase and last_end == len(text)
+    content = [word for word in terms if word not in STOPWORDS]
+    if content and (phrases or len(content) < len(terms)):
+        if prefix and terms[-1] not in content:
+            prefix = False  # the word being typed was a function word: it is left out
+        terms = content
+    elif not content and phrases:
+        terms, prefix = [], False  # only function words beside a phrase: the phrase decides
+    if prefix and len(terms[-1]) < MIN_PREFIX_CHARS:
+        # A single letter being typed matches too much as a prefix: beside other words it is
+        # left out; alone it is searched as a word.
+        terms, prefix = (terms[:-1] if len(terms) > 1 or phrases else terms), False
+    return SearchQuery(tuple(terms), tuple(phrases), prefix)
+
+
+def _fts_term(word: str, prefix: bool) -> str:
+    return f'"{word}"' + ("*" if prefix else "")
+
+
+def sqlite_match(query: SearchQuery) -> str:
+    """FTS5: the phrases required (AND), the terms and phrases any of which may match (OR, so
+    that bm25() weighs each one); only the last term may be a prefix."""
+    last = len(query.terms) - 1
+    terms = [_fts_term(word, query.prefix and i == last) for i, word in enumerate(query.terms)]
+    phrases = ['"' + " ".join(phrase) + '"' for phrase in query.phrases]
+    optional = "(" + " OR ".join([*phrases, *terms]) + ")"
+    if not phrases:
+        return optional
+    required = " AND ".join(phrases)
+    return f"{required} AND {optional}" if terms else required
+
+
+def _ts_part(part: str | tuple[str, ...], prefix: bool) -> str:
+    if isinstance(part, tuple):
+        return "(" + " <-> ".join(f"'{word}'" for word in part) + ")"
+    return f"'{part}'" + (":*" if prefix else "")
+
+
+def postgres_parts(query: SearchQuery) -> list[str]:
+    """`to_tsquery` text of each part the rank weighs (`SearchQuery.parts`), one by one."""
+    last = len(query.terms) - 1
+    return [
+        _ts_part(part, query.prefix and index == last) for index, part in enumerate(query.parts)
+    ]
+
+
+def postgres_tsquery(query: SearchQuery) -> str:
+    """`to_tsquery` text of what a message must match: every phrase, and (without one) any
+    term."""
+    parts = postgres_parts(query)
+    if query.phrases:
+        return " & ".join(parts[len(query.terms) :])
+    return " | ".join(parts)
 
 
 def mariadb_indexed(words: tuple[str, ...]) -> tuple[str, ...]:
@@ -119,9 +245,26 @@ def mariadb_indexed(words: tuple[str, ...]) -> tuple[str, ...]:
     )
 
 
-def mariadb_boolean(words: tuple[str, ...]) -> str:
-    """BOOLEAN MODE: every indexable word required, as a prefix."""
-    return " ".join(f"+{word}*" for word in words)
+def mariadb_boolean(query: SearchQuery) -> str:
+    """BOOLEAN MODE: the indexable terms optional (any may match; InnoDB weighs each by its
+    rarity), the last one a prefix if typed so; phrases of indexable words required. Empty
+    when nothing of the query can go through the index."""
+    last = len(query.terms) - 1
+    parts = [
+        word + ("*" if query.prefix and index == last else "")
+        for index, word in enumerate(query.terms)
+        if mariadb_indexed((word,))
+    ]
+    parts.extend('+"' + " ".join(phrase) + '"' for phrase in mariadb_phrases(query)[0])
+    return " ".join(parts)
+
+
+def mariadb_phrases(
+    query: SearchQuery,
+) -> tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]]:
+    """The phrases InnoDB can match (every word indexable), and the others (matched by LIKE)."""
+    indexed = tuple(phrase for phrase in query.phrases if mariadb_indexed(phrase) == phrase)
+    return indexed, tuple(phrase for phrase in query.phrases if phrase not in indexed)
 
 
 def like_pattern(word: str) -> str:

@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from app.concurrency import to_thread
 from app.conversations import repository, search
 from app.conversations.repository import Conversation, MessageStatus, Role, StoredMessage
-from app.conversations.search_text import query_words, snippet
+from app.conversations.search_text import parse_query, snippet
 from app.conversations.titles import title_from_message
 from app.db.engine import SQLITE_IMMEDIATE, one_statement_read
 from app.operators.limits import SlotRelease
@@ -63,6 +63,7 @@ class SearchResult:
     role: str
     snippet: str
     created_at: datetime
+    score: float = 0.0  # relevance within this search (higher is better)
 
 
 class ConversationService:
@@ -223,6 +224,34 @@ class ConversationService:
             search.optimize_fulltext(self.engine)
         return removed, len(candidates)
 
+    def ranked(
+        self,
+        user_id: str,
+        query: str,
+        limit: int,
+        *,
+        exclude_turn_id: str | None = None,
+        project: str | None = search.ANY_PROJECT,
+    ) -> list[search.SearchHit]:
+        """The owner's messages ranked for `query` by the lexical index (any word may match,
+        quoted phrases required, best first, ties newest first), with their message ids and
+        scores: what `search` snippets, and what another ranking can fuse with. Blocking (call
+        it from a thread); errors propagate."""
+        parsed = parse_query(query)
+        if not parsed:
+            return []
+        with self.engine.connect() as connection:
+            one_statement_read(connection)
+            return search.search(
+                connection,
+                user_id,
+                parsed,
+                limit,
+                exclude_turn_id=exclude_turn_id,
+                postgres_config=self.search_config,
+                project=project,
+            )
+
     def _search(
         self,
         user_id: str,
@@ -232,20 +261,8 @@ class ConversationService:
         project: str | None = search.ANY_PROJECT,
     ) -> list[SearchResult]:
         register_search(query, ())
-        words = query_words(query)
-        if not words:
-            return []
-        with self.engine.connect() as connection:
-            one_statement_read(connection)
-            hits = search.search(
-                connection,
-                user_id,
-                words,
-                limit,
-                exclude_turn_id=exclude_turn_id,
-                postgres_config=self.search_config,
-                project=project,
-            )
+        hits = self.ranked(user_id, query, limit, exclude_turn_id=exclude_turn_id, project=project)
+        words = parse_query(query).words
         results = [
             SearchResult(
                 hit.message_id,
@@ -254,6 +271,7 @@ class ConversationService:
                 hit.role,
                 snippet(hit.content, words),
                 hit.created_at,
+                hit.score,
             )
             for hit in hits
         ]

@@ -64,8 +64,9 @@ def tool_answer(model: ScriptedModel, request_index: int) -> dict[str, Any]:
 
 
 def test_the_route_finds_the_callers_messages_only(engine: Engine, db_url: str) -> None:
-    """Best match first, the match marked, message ids given; bob's rows never, whatever the
-    query text (crafted syntax is 200); a blank query is 422; no token is 401."""
+    """Best match first (scores descending), the match marked, message ids given; bob's rows
+    never, whatever the query text (crafted syntax is 200); a blank query is 422; no token is
+    401."""
     model = ScriptedModel(
         [Text("Zebra stripes are for cooling."), Text("Bob's zebra."), Text("Unrelated.")]
     )
@@ -89,7 +90,10 @@ def test_the_route_finds_the_callers_messages_only(engine: Engine, db_url: str) 
         "role",
         "snippet",
         "created_at",
+        "score",
     }
+    scores = [r["score"] for r in results]
+    assert scores == sorted(scores, reverse=True) and all(isinstance(s, float) for s in scores)
     assert f"{MARK_OPEN}zebra{MARK_CLOSE}" in results[0]["snippet"].lower()
     assert all(isinstance(r["message_id"], int) for r in results)
     for query, response in zip(CRAFTED, crafted, strict=True):

@@ -16,8 +16,7 @@ from sqlalchemy import Engine, text
 
 from app.api.auth import subject_problem
 from app.conversations import search
-from app.conversations.search import AVERAGE_MESSAGE_CHARS
-from app.conversations.search_text import MARK_CLOSE, MARK_OPEN, query_words, snippet
+from app.conversations.search_text import MARK_CLOSE, MARK_OPEN, SearchQuery, query_words
 from app.conversations.service import ConversationService
 from app.db.schema import (
     POSTGRES_BUCKET_SQL,
@@ -79,8 +78,8 @@ def find(service: ConversationService, user: str, query: str, limit: int = 10) -
 
 
 def test_words_are_found_ranked_and_marked(engine: Engine) -> None:
-    """All words are required (as prefixes), the better match ranks first, and the snippet
-    marks the matched words with « »."""
+    """Any word may match (the last one as a prefix), the message holding more of them ranks
+    first, and the snippet marks the matched words with « »."""
     service = ConversationService(engine)
     store(
         service,
@@ -94,17 +93,17 @@ def test_words_are_found_ranked_and_marked(engine: Engine) -> None:
     found = find(service, "alice", "billing")
     assert len(found) == 2
     assert f"{MARK_OPEN}billing{MARK_CLOSE}" in found[0]
-    assert find(service, "alice", "BILLING deploy") == [
+    assert find(service, "alice", "BILLING deploy")[0] == (
         f"The {MARK_OPEN}billing{MARK_CLOSE} service {MARK_OPEN}deploys{MARK_CLOSE} on Fridays; "
         f"{MARK_OPEN}billing{MARK_CLOSE} reports go out on Mondays."
-    ]
+    )
     assert find(service, "alice", "pasta") == [f"Lunch was {MARK_OPEN}pasta{MARK_CLOSE}."]
     assert find(service, "alice", "sushi") == []
 
 
 def test_a_message_that_repeats_the_words_ranks_first(engine: Engine) -> None:
-    """Every engine ranks by how often the words occur: of two messages of about the same
-    length, the one that says the word three times comes first, whichever is newer."""
+    """Every engine ranks by how often the words occur: of messages of about the same length,
+    the one that says the word three times comes first, whichever is newer."""
     service = ConversationService(engine)
     store(
         service,
@@ -122,51 +121,43 @@ def test_a_message_that_repeats_the_words_ranks_first(engine: Engine) -> None:
     assert found[0].count(f"{MARK_OPEN}zebra{MARK_CLOSE}") == 3
 
 
-def reference_rank(content: str, words: tuple[str, ...]) -> float:
-    """The SQLite rank as `term_frequency_rank` documents it, computed in Python."""
-    norm = 1.2 * (0.25 + 0.75 * len(content) / AVERAGE_MESSAGE_CHARS)
-    folded = content.translate(ASCII_LOWER)
-    return sum((folded.count(word) * 2.2) / (folded.count(word) + norm) for word in words)
-
-
-ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
-
-
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     bodies=st.lists(
         st.lists(
-            st.sampled_from(["Ibis", "ibis", "ibises", "owl", "Owl", "heron", "x"]),
+            st.sampled_from(["Ibis", "ibis", "ibises", "owl", "Owl", "heron", "xylem"]),
             min_size=1,
             max_size=12,
         ).map(" ".join),
         min_size=2,
         max_size=8,
     ),
-    query=st.sampled_from(["ibis", "owl", "ibis owl", "her", "ibis heron owl"]),
+    query=st.sampled_from(["ibis", "owl", "ibis owl", "ibis heron", "ibis heron owl", "ibi"]),
 )
-def test_sqlite_ranks_by_the_documented_frequency_rank(
-    db: Engine, bodies: list[str], query: str
+def test_results_are_the_messages_holding_any_word(
+    engine: Engine, bodies: list[str], query: str
 ) -> None:
-    """On SQLite the results are exactly the messages holding every word (as a prefix of one
-    of their words), in the order of `term_frequency_rank` (ties: newest first)."""
-    service = ConversationService(db)
+    """On every dialect the results are exactly the messages holding any of the query's words
+    (the last one as a prefix of a word, the others whole), with scores best first."""
+    service = ConversationService(engine)
     user = f"ranker-{uuid.uuid4()}"
     store(service, user, bodies)
     words = query_words(query)
     results = asyncio.run(service.search(user, query, 50))
-    expected = [
-        body
-        for body in bodies
-        if all(any(token.startswith(word) for token in body.lower().split()) for word in words)
-    ]
-    assert sorted(result.snippet for result in results) == sorted(
-        snippet(body, words) for body in expected
+
+    def holds(body: str) -> bool:
+        tokens = body.lower().split()
+        return any(word in tokens for word in words[:-1]) or any(
+            token.startswith(words[-1]) for token in tokens
+        )
+
+    assert sorted(snippet_text(result.snippet) for result in results) == sorted(
+        body for body in bodies if holds(body)
     )
-    ranks = [reference_rank(snippet_text(result.snippet), words) for result in results]
-    assert all(a >= b - 1e-9 for a, b in itertools.pairwise(ranks)), (ranks, results)
+    scores = [result.score for result in results]
+    assert all(a >= b for a, b in itertools.pairwise(scores)), scores
 
 
 def snippet_text(marked: str) -> str:
@@ -181,7 +172,8 @@ def test_crafted_queries_never_fail_nor_cross_users(engine: Engine) -> None:
     for query in CRAFTED:
         for result in asyncio.run(service.search("alice", query, 50)):
             assert "bob" not in result.snippet, query
-    assert find(service, "alice", "NEAR(alpha beta)") == []  # the word "near" is not alice's
+    assert len(find(service, "alice", "NEAR(alpha beta)")) == 1  # any word: alpha, beta
+    assert find(service, "alice", "NEAR OR NOT") == []  # these words are not alice's
     assert len(find(service, "alice", "alpha*")) == 1
 
 
@@ -218,7 +210,7 @@ def test_words_the_engine_drops_find_nothing(engine: Engine) -> None:
     to it directly) match no message, rather than all of them."""
     store(ConversationService(engine), "alice", ["alpha beta", "gamma"])
     with engine.connect() as connection:
-        assert search.search(connection, "alice", ("½", "①"), 10) == []
+        assert search.search(connection, "alice", SearchQuery(("½", "①")), 10) == []
 
 
 def test_short_words_and_stopwords_are_found_too(engine: Engine) -> None:

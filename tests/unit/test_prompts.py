@@ -136,7 +136,7 @@ def test_v2_tells_when_to_search_only_when_the_tool_is_offered() -> None:
     )
 
 
-@pytest.mark.parametrize("version", ["v1", "v2", "v3", "v4"])
+@pytest.mark.parametrize("version", ["v1", "v2", "v3", "v4", "v5"])
 def test_every_version_stays_loadable_and_renders_the_structural_block(version: str) -> None:
     """Old versions keep loading; whichever one is configured, the block carries this turn's
     tags and string-literal entries (the rendering is code, not template)."""
@@ -161,7 +161,24 @@ def test_v3_names_the_turn_tag_and_the_entry_encoding() -> None:
     before = prompt[: prompt.index(tags.open)]
     assert tags.name in before and "JSON string literal" in before and "DATA" in before
     assert prompt.count(tags.close) == 1
-    assert Settings.model_fields["prompt_version"].default == "v4"
+    assert Settings.model_fields["prompt_version"].default == "v5"
+
+
+@pytest.mark.parametrize("in_project", [False, True])
+def test_v5_is_v4_but_for_ranked_search(in_project: bool) -> None:
+    """v5 (the default) changes only how search is described: without the search tool it is
+    v4 byte for byte; with it, it says any word may match, ranked, and quotes make a phrase."""
+    library, tags = PromptLibrary(), BlockTags("f" * 32)
+    view = MemoryView("available", SNAPSHOT, True, owner="u")
+    if in_project:
+        view = MemoryView("available", SNAPSHOT, True, None, ("user", "project"), "P", owner="u")
+    assert library.system_prompt("v5", view, tags=tags) == library.system_prompt(
+        "v4", view, tags=tags
+    )
+    searching = library.system_prompt("v5", view, search=True, tags=tags)
+    assert "any of the query's words may match" in searching and "double quotes" in searching
+    assert "all words required" not in searching
+    assert "all words required" in library.system_prompt("v4", view, search=True, tags=tags)
 
 
 def test_each_prompt_draws_a_fresh_nonce() -> None:

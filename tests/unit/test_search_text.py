@@ -5,6 +5,7 @@ unambiguously, and the tool's arguments are parsed strictly (the owner is never 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given
@@ -17,7 +18,9 @@ from app.agent.tools import ArgumentError
 from app.conversations.search import statement
 from app.conversations.search_text import (
     MAX_QUERY_WORDS,
+    SearchQuery,
     mariadb_boolean,
+    parse_query,
     postgres_tsquery,
     query_words,
     snippet,
@@ -29,21 +32,58 @@ from app.offline.wire import ChatRequest, ToolCalls
 SEARCH_TOOL = {"type": "function", "function": {"name": "conversation_search"}}
 
 
-@given(st.text(max_size=400))
+@given(st.text(max_size=400) | st.text(alphabet='ab "*():-', max_size=60))
 def test_words_hold_no_syntax_and_are_bounded(text: str) -> None:
     words = query_words(text)
     assert len(words) <= MAX_QUERY_WORDS and len(set(words)) == len(words)
     for word in words:
         assert word and all(char.isalpha() or char.isdecimal() for char in word), word
-    for built in (sqlite_match(words), postgres_tsquery(words), mariadb_boolean(words)):
-        assert "\x00" not in built and ";" not in built and "(" not in built
+    query = parse_query(text)
+    assert len(query.words) <= MAX_QUERY_WORDS
+    for word in query.words:
+        assert word and all(char.isalpha() or char.isdecimal() for char in word), word
+    if query:
+        built = (sqlite_match(query), postgres_tsquery(query), mariadb_boolean(query))
+        for spelled in built:
+            # Only the query's words and the operators the builders add, nothing from the text.
+            assert set(re.findall(r"[^\W_]+", spelled)) <= {*query.words, "OR", "AND"}, spelled
+            assert set(re.sub(r"[^\W_]+", "", spelled)) <= set(" \"'*:|&()<->+"), spelled
 
 
 def test_operators_are_words() -> None:
     assert query_words('NEAR("a" b*) OR x; DROP--') == ("near", "a", "b", "or", "x", "drop")
-    assert sqlite_match(("near", "b")) == '"near"* "b"*'
-    assert postgres_tsquery(("near", "b")) == "'near':* & 'b':*"
-    assert mariadb_boolean(("near",)) == "+near*"
+    query = parse_query("near b*")
+    assert sqlite_match(query) == '("near" OR "b")'
+    assert postgres_tsquery(query) == "'near' | 'b'"
+    assert mariadb_boolean(parse_query("near")) == "near*"
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        pytest.param(
+            "What did we decide about the Lisbon trip?",
+            SearchQuery(("decide", "lisbon", "trip")),
+            id="function-words-left-out",
+        ),
+        pytest.param("what did we", SearchQuery(("what", "did", "we"), (), True), id="only-them"),
+        pytest.param("lisbon tr", SearchQuery(("lisbon", "tr"), (), True), id="typing-a-prefix"),
+        pytest.param("lisbon trip ", SearchQuery(("lisbon", "trip")), id="typed-a-word"),
+        pytest.param("lisbon t", SearchQuery(("lisbon",)), id="one-letter-being-typed"),
+        pytest.param(
+            '"Lisbon trip" budget',
+            SearchQuery(("budget",), (("lisbon", "trip"),), True),
+            id="a-phrase",
+        ),
+        pytest.param('"the plan" of', SearchQuery((), (("the", "plan"),)), id="phrase-and-stop"),
+        pytest.param('"unclosed quote', SearchQuery(("unclosed", "quote"), (), True), id="open"),
+        pytest.param("“curly quotes”", SearchQuery((), (("curly", "quotes"),)), id="curly"),
+    ],
+)
+def test_query_text_becomes_terms_phrases_and_a_prefix(text: str, parsed: SearchQuery) -> None:
+    """Function words are left out beside other words; a pair of quotes makes a phrase; the
+    last word is a prefix only while it is being typed (nothing after it)."""
+    assert parse_query(text) == parsed
 
 
 @pytest.mark.parametrize(
@@ -108,8 +148,8 @@ def test_the_offline_model_searches_on_its_trigger_only_when_offered() -> None:
 def test_every_dialect_compiles_with_the_query_and_owner_bound(dialect: Dialect) -> None:
     """Each strategy compiles (SQL Server included, which no test server runs), and neither the
     words nor the owner are ever spelled into the SQL: they are bound parameters."""
-    words = query_words("zyxwords plugh")
-    compiled = statement(dialect.name, "owner-qux-77", words, 10).compile(dialect=dialect)
+    query = '"zyxwords plugh" zyxwords plugh'
+    compiled = statement(dialect.name, "owner-qux-77", query, 10).compile(dialect=dialect)
     sql = str(compiled)
     assert "zyxwords" not in sql and "plugh" not in sql and "owner-qux-77" not in sql
     assert any("zyxwords" in str(value) for value in compiled.params.values())
