@@ -206,7 +206,7 @@ async def _export_body(
         "exported_at": iso_utc(exported_at),
         "subject": user_id,
         "memory": memory_state(head.snapshot, enabled=writes_enabled).model_dump(),
-        "settings": {"save_mode": head.save_mode},
+        "settings": {"save_mode": head.save_mode, "recall_chats": head.recall_chats},
         "projects": [
             {
                 **project_view(project),

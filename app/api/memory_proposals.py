@@ -7,7 +7,7 @@ from typing import Any
 
 import structlog
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ConfigDict, StrictBool
+from pydantic import BaseModel, ConfigDict, StrictBool, model_validator
 
 from app.api.deps import MemoryScope, RuntimeDep, SettingsDep
 from app.api.errors import error_responses
@@ -45,6 +45,12 @@ class SettingsChange(BaseModel):
 
     save_mode: SaveMode | None = None
     recall_chats: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> SettingsChange:
+        if self.save_mode is None and self.recall_chats is None:
+            raise ValueError("send save_mode, recall_chats or both")
+        return self
 
 
 async def _settings(scope: MemoryScope, runtime: RuntimeDep, config: Settings) -> MemorySettings:

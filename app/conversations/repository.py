@@ -528,3 +528,17 @@ def remove_if_stale(connection: Connection, conversation_ids: list[str], cutoff:
         ).scalars()
     ]
     return _remove_ids(connection, still)
+
+
+def clear_sources(connection: Connection, user_id: str) -> None:
+    """Drop the stored sources of every answer of the user's (forgetting memory: they hold
+    copies of its entries); the answers stay."""
+    owned = select(conversations.c.id).where(conversations.c.user_id == user_id)
+    connection.execute(
+        update(conversation_messages)
+        .where(
+            conversation_messages.c.conversation_id.in_(owned),
+            conversation_messages.c.sources.is_not(None),
+        )
+        .values(sources=None)
+    )

@@ -51,6 +51,8 @@ class ExportHead:
     usage: list[dict[str, Any]] = field(default_factory=list)
     # Each project with its document (its history entries carry its id).
     projects: list[tuple[Project, tuple[str, ...]]] = field(default_factory=list)
+    # The person's recall choice (None: never chosen).
+    recall_chats: bool | None = None
 
 
 def _registered_entries(entries: list[HistoryEntry]) -> list[HistoryEntry]:
@@ -140,6 +142,7 @@ class MemoryControl:
             snapshot = repository.load_snapshot(connection, user_id)
             register_memory(snapshot)
             save_mode = proposals.save_mode(connection, user_id)
+            recall = proposals.recall_chats(connection, user_id)
             pending = proposals.pending(connection, user_id)
             expired = proposals.expired(connection, user_id)
             usage = export_for_subject(connection, user_id)["usage"]
@@ -157,6 +160,7 @@ class MemoryControl:
             _registered_proposals(expired),
             usage,
             documents,
+            recall,
         )
 
     async def export_head(self, user_id: str) -> ExportHead:

@@ -213,6 +213,24 @@ def test_erasure_removes_every_answers_sources(engine: Engine, db_url: str) -> N
     assert before == 2 and erased.status_code == 204 and after == 0
 
 
+def test_forgetting_memory_forgets_the_copies_in_sources(engine: Engine, db_url: str) -> None:
+    """DELETE /v1/memory also drops the sources stored with the person's answers (they hold
+    copies of entries); the answers stay; bob's are untouched."""
+    model = ScriptedModel([Text("Alice's."), Text("Bob's.")])
+    with serve_with_model(settings_for(db_url), model) as url:
+        operations(url, "alice", {"target": "user", "action": "add", "content": ENTRY_USER})
+        operations(url, "bob", {"target": "user", "action": "add", "content": ENTRY_MEMORY})
+        mine = first(chat(url, "alice", {"message": "hi"}), "start").data["conversation_id"]
+        chat(url, "bob", {"message": "hi"})
+        forgotten = httpx.delete(f"{url}/v1/memory", headers=dev_auth("alice"))
+        reloaded = get(url, f"/v1/conversations/{mine}").json()
+        left = stored_with_sources(engine)
+    assert forgotten.status_code == 204
+    assert [m["content"] for m in reloaded["messages"]] == ["hi", "Alice's."]
+    assert reloaded["messages"][-1]["sources"] is None
+    assert left == 1  # bob's
+
+
 def test_wrong_removes_the_entry_as_sources_and_undo_restores_it(
     engine: Engine, db_url: str
 ) -> None:
