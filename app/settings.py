@@ -124,6 +124,11 @@ class Settings(BaseSettings):
     # Conversation search (docs/conversation-search.md)
     search_timeout_seconds: float = Field(default=2.0, ge=0.05, le=60)
     search_postgres_config: str = Field(default="simple", pattern=r"^[a-z_][a-z0-9_]{0,62}$")
+    # Recall of earlier chats (docs/conversation-search.md#recall): whether a person who never
+    # chose gets it, and the bounds of each turn's recall block (snippets, characters).
+    recall_chats_default: bool = False
+    recall_max_snippets: int = Field(default=3, ge=1, le=10)
+    recall_max_chars: int = Field(default=1_200, ge=100, le=8_000)
 
     # Semantic search, opt-in (docs/conversation-search.md#semantic-search): an OpenAI-compatible
     # /v1/embeddings endpoint, or "offline" for the built-in deterministic (not semantic) vectors.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -16,6 +16,7 @@ from app.agent.events import SEARCH_TOOL_NAME
 from app.agent.llm import ModelClient, build_model_client
 from app.agent.prompts import MemoryView, PromptLibrary
 from app.agent.search_tool import SEARCH_TOOL
+from app.agent.sources import ConversationSource
 from app.agent.tools import MEMORY_TOOL, memory_tool
 from app.concurrency import to_thread
 from app.memory.contract import MEMORY_TOOL_NAME
@@ -40,9 +41,16 @@ class Agent:
     def uses_memory(self) -> bool:
         return bool(self.registered_tools)
 
-    def for_turn(self, memory: MemoryView | None, *, search: bool = False) -> Agent:
+    def for_turn(
+        self,
+        memory: MemoryView | None,
+        *,
+        search: bool = False,
+        recalled: Sequence[ConversationSource] = (),
+    ) -> Agent:
         """A request-local copy with the compiled prompt and the tools offered this turn:
-        memory_update when the memory view offers it, conversation_search when `search`."""
+        memory_update when the memory view offers it, conversation_search when `search`; the
+        recall block follows the prompt when anything was `recalled`."""
         if memory is None or not self.uses_memory:
             return dataclasses.replace(
                 self, instructions=self.prompts.eval_prompt(self.prompt_version), tools=()
@@ -53,11 +61,10 @@ class Agent:
             for tool in self.registered_tools
             if wanted.get(str(tool["function"]["name"]))
         )
-        return dataclasses.replace(
-            self,
-            instructions=self.prompts.system_prompt(self.prompt_version, memory, search=search),
-            tools=offered,
-        )
+        instructions = self.prompts.system_prompt(self.prompt_version, memory, search=search)
+        if recalled:
+            instructions = f"{instructions}\n\n{self.prompts.recall_section(recalled)}"
+        return dataclasses.replace(self, instructions=instructions, tools=offered)
 
 
 class AgentRegistry:

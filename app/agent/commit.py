@@ -13,6 +13,7 @@ from opentelemetry import trace
 from app.agent.context import TurnContext
 from app.agent.events import CommitOutcome, FinishReason, MemoryEvent
 from app.agent.request import TurnServices
+from app.agent.sources import change_sources
 from app.concurrency import finish_even_if_cancelled
 from app.memory.flags import FlagStatus
 from app.memory.ledger import MemoryLedger
@@ -102,7 +103,7 @@ class CommitPoint:
                 if task.done() and not task.cancelled() and task.exception() is None:
                     # The worker passed its last check before the cancellation reached it: the
                     # commit landed, so the turn succeeded whatever happens to the client now.
-                    self._committed(ledger, finish, task.result(), started)
+                    self._committed(ledger, finish, task.result(), started, ctx)
                 else:
                     report_commit(ledger, "cancelled", ctx.baseline, started=started)
                 raise
@@ -127,14 +128,23 @@ class CommitPoint:
                     ledger, "failed", ctx.baseline, reason=type(error).__name__, started=started
                 )
                 return self._seal(finish, "failed", ctx.baseline, reason="memory_unavailable")
-            return self._committed(ledger, finish, result, started)
+            return self._committed(ledger, finish, result, started, ctx)
 
     def _committed(
-        self, ledger: MemoryLedger, finish: FinishReason, result: CommitResult, started: float
+        self,
+        ledger: MemoryLedger,
+        finish: FinishReason,
+        result: CommitResult,
+        started: float,
+        ctx: TurnContext | None = None,
     ) -> Settled:
         outcome: CommitOutcome = "committed" if result.changed else "none"
         if result.proposal_id is not None:
             outcome = "proposed"  # ask before saving: stored for the user, memory unchanged
+        if ctx is not None and outcome == "proposed":
+            ctx.sources.changes = change_sources(ledger.operations, "proposed")
+        elif ctx is not None and outcome == "committed":
+            ctx.sources.changes = change_sources(ledger.operations, "committed")
         report_commit(
             ledger, outcome, result.snapshot, retry_count=result.retry_count, started=started
         )

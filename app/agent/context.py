@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from app.agent.events import TranscriptStatus
+from app.agent.sources import TurnSources
 from app.concurrency import CancelFlag
 from app.conversations.service import ConversationService
 from app.memory.ledger import MemoryLedger
@@ -60,6 +61,8 @@ class TurnContext:
     # outside projects. Memory, search and the commit are scoped by it, never by an argument.
     project_id: str | None = None
     project_name: str | None = None
+    # What the turn's model was given and what the turn did (app/agent/sources.py).
+    sources: TurnSources = field(default_factory=TurnSources)
 
     @property
     def memory_targets(self) -> tuple[Target, ...]:

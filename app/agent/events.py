@@ -93,6 +93,19 @@ class MemoryEvent:
 
 
 @dataclass(frozen=True)
+class SourcesEvent:
+    """Before `done` on the authenticated chat route: what the answer was given and what it
+    did (app/agent/sources.py). The one event that carries content, the person's own: the
+    encoders put it on their stream, telemetry never reads it."""
+
+    sources: dict[str, Any]
+    name: Literal["sources"] = "sources"
+
+    def data(self) -> dict[str, Any]:
+        return self.sources
+
+
+@dataclass(frozen=True)
 class Usage:
     """Tokens the model reported; for a turn, the sum over its model rounds."""
 
@@ -128,4 +141,6 @@ class ErrorEvent:
         return {"code": self.code, "message": self.message}
 
 
-TurnEvent = StartEvent | DeltaEvent | ToolEvent | MemoryEvent | DoneEvent | ErrorEvent
+TurnEvent = (
+    StartEvent | DeltaEvent | ToolEvent | MemoryEvent | SourcesEvent | DoneEvent | ErrorEvent
+)

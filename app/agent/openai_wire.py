@@ -18,6 +18,7 @@ from app.agent.events import (
     ErrorEvent,
     FinishReason,
     MemoryEvent,
+    SourcesEvent,
     StartEvent,
     ToolEvent,
     TurnEvent,
@@ -114,7 +115,7 @@ class ChunkEncoder:
                 ]
             case DeltaEvent():
                 return [self._with_usage_field(self.completion.chunk({"content": event.text}))]
-            case ToolEvent() | MemoryEvent():
+            case ToolEvent() | MemoryEvent() | SourcesEvent():
                 return []  # server-side memory: never shown to the client
             case DoneEvent():
                 self.finished = True
@@ -167,7 +168,7 @@ class AnswerCollector:
                 self._done = event
             case ErrorEvent():
                 self._error = event
-            case StartEvent() | ToolEvent() | MemoryEvent():
+            case StartEvent() | ToolEvent() | MemoryEvent() | SourcesEvent():
                 pass  # server-side memory: never shown to the client
 
     def result(self) -> tuple[int, Chunk]:

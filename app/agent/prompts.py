@@ -4,6 +4,7 @@ from code."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Literal
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, Template
 
+from app.agent.recall_block import RecallTags, render_recall_block
+from app.agent.sources import ConversationSource
 from app.memory.provenance import SaveMode
 from app.memory.render import (
     BlockTags,
@@ -24,7 +27,8 @@ from app.memory.render import (
 from app.memory.rules import GENERAL_TARGETS, LIMITS, MemoryUsage, Snapshot, Target
 
 PROMPTS_ROOT = Path(__file__).resolve().parents[2] / "prompts"
-PromptKind = Literal["system", "eval"]
+PromptKind = Literal["system", "eval", "recall"]
+RECALL_PROMPT_VERSION = "v1"
 
 
 def new_block_tags() -> BlockTags:
@@ -111,6 +115,24 @@ class PromptLibrary:
         today = datetime.now(UTC).date().isoformat()
         variables = {**memory.variables(tags, withheld), "search_tool": search, "today": today}
         return self.template("system", version).render(**variables).strip()
+
+    def recall_section(
+        self,
+        sources: Sequence[ConversationSource],
+        *,
+        tags: RecallTags | None = None,
+        version: str = RECALL_PROMPT_VERSION,
+    ) -> str:
+        """The recall block with its prose, appended to the system prompt (empty: no snippet).
+        `tags`: fresh for every call unless a test pins them."""
+        if not sources:
+            return ""
+        tags = tags or RecallTags.new()
+        return (
+            self.template("recall", version)
+            .render(recall_tag=tags.name, recall_block=render_recall_block(sources, tags))
+            .strip()
+        )
 
     def eval_prompt(self, version: str) -> str:
         return self.template("eval", version).render().strip()

@@ -79,6 +79,9 @@ class TurnRequest:
     # When the caller's token stops being accepted (epoch seconds): the turn ends there with
     # `token_expired`, as it ends at its deadline. None: no token (the evaluation route).
     accepted_until: float | None = None
+    # Whether the turn may recall earlier chats, when the person has it on (app/agent/recall.py):
+    # only /v1/chat asks; other routes keep their own history.
+    recall: bool = False
 
     @property
     def stored_in(self) -> str | None:

@@ -33,6 +33,7 @@ from app.agent.llm import Message, ModelFailure, RoundResult, ToolCallRequest
 from app.agent.prompts import MemoryView
 from app.agent.request import TurnRequest
 from app.agent.search_tool import run_search_tool
+from app.agent.sources import ConversationSource, prompt_sources
 from app.agent.steps import FinalOutput, RunTools, ToolLimit, next_step
 from app.agent.tools import run_memory_tool, unknown_tool_result
 from app.memory.contract import MEMORY_TOOL_NAME
@@ -69,6 +70,7 @@ async def run_rounds(
     max_rounds: int,
     progress: Progress,
     emit: Emit,
+    recalled: Sequence[ConversationSource] = (),
 ) -> FinishReason:
     memory = None
     if ctx.user_id is not None and shared.uses_memory:
@@ -82,7 +84,12 @@ async def run_rounds(
             owner=ctx.user_id,
         )
     # A request-local copy; the shared agent is untouched.
-    agent = shared.for_turn(memory, search=ctx.search_tool_offered)
+    agent = shared.for_turn(memory, search=ctx.search_tool_offered, recalled=recalled)
+    if memory is not None and memory.status == "available":
+        # The entries the prompt's block shows, with the verdicts it was rendered with.
+        withheld = shared.prompts.withheld.of(memory.owner)
+        ctx.sources.memory = prompt_sources(ctx.baseline, withheld, ctx.project_id)
+    ctx.sources.given(recalled)
     messages = _initial_messages(agent, request)
     for round_number in range(1, max_rounds + 1):
         progress.rounds = round_number
@@ -166,6 +173,7 @@ async def _run_tool(
         return unknown_tool_result(call.name), False
     if call.name == SEARCH_TOOL_NAME:
         found = await run_search_tool(ctx, call.arguments, oversized=call.oversized)
+        ctx.sources.given(found.given)
         emit(ToolEvent.search(found.outcome, found.result_count))
         return found.content, found.echo_arguments
     result = await run_memory_tool(ctx, call.arguments, oversized=call.oversized)

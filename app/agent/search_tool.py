@@ -19,6 +19,7 @@ import structlog
 
 from app.agent.context import TurnContext
 from app.agent.events import SEARCH_TOOL_NAME, ToolOutcome
+from app.agent.sources import ConversationSource, Via
 from app.agent.tools import ArgumentError, parse_arguments
 from app.conversations.search_text import MAX_QUERY_CHARS, clip, query_problem, unmarked
 from app.conversations.service import SearchResult
@@ -79,6 +80,19 @@ class SearchToolResult:
     result_count: int
     content: str
     echo_arguments: bool = True
+    # The snippets the answer gave the model, as they read in it (the turn's sources).
+    given: tuple[ConversationSource, ...] = ()
+
+
+def given_source(result: SearchResult, via: Via) -> ConversationSource:
+    """A result as the model reads it: the title and the snippet clipped, the marks removed."""
+    return ConversationSource(
+        result.conversation_id,
+        result.message_id,
+        clip(unmarked(result.snippet), MAX_SNIPPET_CHARS),
+        clip(result.title, MAX_TITLE_CHARS),
+        via,
+    )
 
 
 # What this tool's arguments look like, for the model when it sent something else.
@@ -108,16 +122,18 @@ def parse_search_arguments(
 
 
 def result_payload(results: list[SearchResult]) -> tuple[str, int]:
-    """The answer for the model, with as many results as fit in MAX_RESULT_CHARS."""
+    """The answer for the model, with as many results as fit in MAX_RESULT_CHARS (the first
+    ones: the count says how many)."""
     kept: list[dict[str, str]] = []
     for result in results:
+        shown = given_source(result, "search")
         candidate = [
             *kept,
             {
-                "conversation": clip(result.title, MAX_TITLE_CHARS),
+                "conversation": shown.title,
                 "role": result.role,
                 "date": result.created_at.date().isoformat(),
-                "snippet": clip(unmarked(result.snippet), MAX_SNIPPET_CHARS),
+                "snippet": shown.snippet,
             },
         ]
         text = json.dumps({"status": "found", "notice": UNTRUSTED_NOTICE, "results": candidate})
@@ -184,4 +200,5 @@ async def _run(ctx: TurnContext, raw_arguments: str, oversized: bool) -> SearchT
         log.warning("search.tool_failed", error_type=type(error).__name__)
         return _answer("unavailable", "none", "search unavailable right now; answer without it")
     content, count = result_payload(results)
-    return SearchToolResult("found" if count else "none", count, content)
+    given = tuple(given_source(result, "search") for result in results[:count])
+    return SearchToolResult("found" if count else "none", count, content, given=given)

@@ -19,9 +19,10 @@ from opentelemetry import trace
 from app.agent.agents import Agent
 from app.agent.commit import CommitPoint, Settled
 from app.agent.context import TurnContext, new_turn_id
-from app.agent.events import DoneEvent, ErrorEvent, StartEvent, TurnEvent
+from app.agent.events import DoneEvent, ErrorEvent, SourcesEvent, StartEvent, TurnEvent
 from app.agent.failures import TurnFailure, failure_event
 from app.agent.opening import open_turn
+from app.agent.recall import recall_for_turn
 from app.agent.request import TurnRequest, TurnServices
 from app.agent.rounds import Progress, run_rounds
 from app.concurrency import CancelFlag, finish_even_if_cancelled
@@ -147,8 +148,15 @@ class Turn:
         )
         span.set_attribute("memory.status", ctx.memory_status)
         emit(StartEvent(ctx.conversation_id, ctx.turn_id, ctx.memory_status, ctx.transcript_status))
+        recalled = await recall_for_turn(ctx, self.request, self.services)
         finish = await run_rounds(
-            ctx, self.agent, self.request, self.services.settings.llm_max_rounds, progress, emit
+            ctx,
+            self.agent,
+            self.request,
+            self.services.settings.llm_max_rounds,
+            progress,
+            emit,
+            recalled,
         )
         settled = await self.commit_point.settle(ctx, finish)
         settled.reported = True
@@ -172,6 +180,8 @@ class Turn:
             # the write): say so instead. The memory event above stands as it was reported.
             emit(ErrorEvent(TRANSCRIPT_FAILED, TRANSCRIPT_FAILED_MESSAGE))
             return TRANSCRIPT_FAILED
+        if self._has_sources and self.context is not None:
+            emit(SourcesEvent(self.context.sources.data()))
         emit(DoneEvent(settled.finish, progress.usage))
         return settled.finish
 
@@ -183,6 +193,11 @@ class Turn:
         if not self._ran:
             self._ran = True
             await self._end_transcript(Progress(model=self.agent.model.primary), "interrupted")
+
+    @property
+    def _has_sources(self) -> bool:
+        """Sources are the person's: on the authenticated agent's turns only."""
+        return self.agent.uses_memory and self.request.user_id is not None
 
     def _discard(self) -> None:
         if self.context is not None:
@@ -213,6 +228,8 @@ class Turn:
             and conversations is not None
             and self.request.store_transcript
         ):
+            # The sources of a complete answer go with it: a reload shows them.
+            sources = ctx.sources if ctx is not None and status == "complete" else None
             return await conversations.append(
                 conversation_id,
                 self.turn_id,
@@ -221,6 +238,7 @@ class Turn:
                 status,
                 usage=spent,
                 release=release,
+                sources=sources.to_json() if sources is not None and self._has_sources else None,
             )
         if spent is not None and self.services.usage is not None:
             # No transcript on this route (or the start could not store one: `start` said so):

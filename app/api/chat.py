@@ -325,6 +325,7 @@ async def chat(
             written=written,
             memory_read=memory_read,
             accepted_until=accepted_until(user, runtime.settings),
+            recall=True,
         ),
         TurnServices(
             settings=runtime.settings,

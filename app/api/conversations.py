@@ -9,12 +9,13 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, model_validator
 from starlette.responses import Response
 
+from app.agent.sources import stored_sources
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import error_responses
 from app.api.project_scope import NO_PROJECT, ProjectQuery, project_write_unavailable
 from app.api.timestamps import iso_utc
 from app.concurrency import to_thread
-from app.conversations.repository import Conversation
+from app.conversations.repository import Conversation, StoredMessage
 from app.conversations.search import MAX_RESULTS
 from app.conversations.search_text import query_problem
 from app.conversations.service import SearchResult, is_conversation_id
@@ -114,18 +115,24 @@ async def read_conversation(
         **_summary(conversation),
         # A temporary chat is shown to its owner by id only (never listed or searched).
         "temporary": conversation.temporary,
-        "messages": [
-            {
-                "role": message.role,
-                "content": message.content,
-                "status": message.status,
-                "turn_id": message.turn_id,
-                "created_at": iso_utc(message.created_at),
-                "superseded_by": message.superseded_by,
-            }
-            for message in messages
-        ],
+        "messages": [_message(message) for message in messages],
     }
+
+
+def _message(message: StoredMessage) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "role": message.role,
+        "content": message.content,
+        "status": message.status,
+        "turn_id": message.turn_id,
+        "created_at": iso_utc(message.created_at),
+        "superseded_by": message.superseded_by,
+    }
+    if message.role == "assistant":
+        # What the answer's prompt held, the snippets it was given, the changes it made
+        # (null: none recorded, e.g. an answer from before sources, or one that failed).
+        view["sources"] = stored_sources(message.sources)
+    return view
 
 
 class ConversationChange(BaseModel):

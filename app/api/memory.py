@@ -21,6 +21,7 @@ from app.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
 from app.memory.contract import operations_schema
 from app.memory.parsing import parse_operations
 from app.memory.projects import ProjectNotFoundError
+from app.memory.provenance import Provenance, Source
 from app.memory.render import document
 from app.memory.repository import CommitCancelledError
 from app.memory.rules import (
@@ -35,6 +36,9 @@ from app.memory.service import MemoryBusyError, MemoryUnavailableError
 logger = structlog.get_logger(__name__)
 
 router = APIRouter(prefix="/v1/memory", tags=["memory"])
+
+# The sources a person's own batch may name (POST /v1/memory/operations, `source`).
+EDIT_SOURCES: dict[str, Source] = {"api": "api", "sources": "sources"}
 
 
 # -- documented shapes (a body is validated by `parse_operations`, as the tool's is) ----------
@@ -123,6 +127,16 @@ def memory_unavailable() -> ServiceUnavailable:
     return ServiceUnavailable("Memory cannot be reached right now.", code="memory_unavailable")
 
 
+def _provenance(payload: dict[str, Any]) -> Provenance:
+    """The body's optional `source`: "api" (the default) or "sources", an entry the person
+    marked "Wrong" under an answer's sources (history says so). Taken out of the body, whose
+    rest is the tool's schema. The person's own change either way: it is never proposed."""
+    source = payload.pop("source", "api")
+    if not isinstance(source, str) or source not in EDIT_SOURCES:
+        raise Unprocessable('\'source\' must be "api" or "sources".', code="invalid_source")
+    return Provenance(EDIT_SOURCES[source])
+
+
 # -- routes ---------------------------------------------------------------------------------
 
 
@@ -162,6 +176,7 @@ async def apply_memory_operations(
 ) -> MemoryState:
     require_writes(request, scope)
     payload = json_object(await request.body())
+    provenance = _provenance(payload)
     try:
         operations = parse_operations(payload)
     except MemoryValidationError as error:
@@ -170,7 +185,7 @@ async def apply_memory_operations(
     cancel = CancelFlag()
     try:
         result = await runtime.memory.commit_in_worker(
-            scope.user_id, [operations], cancel, scope=where.scope
+            scope.user_id, [operations], cancel, scope=where.scope, provenance=provenance
         )
     except ProjectNotFoundError:
         raise NotFound(NO_PROJECT) from None

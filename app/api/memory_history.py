@@ -14,6 +14,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.responses import Response
 
+from app.agent.sources import stored_sources
 from app.api.deps import CurrentUser, MemoryScope, RuntimeDep
 from app.api.errors import error_responses
 from app.api.limiting import releasing
@@ -192,7 +193,7 @@ def _json(value: Any) -> str:
 
 
 def _message_view(message: StoredMessage) -> dict[str, Any]:
-    return {
+    view: dict[str, Any] = {
         "role": message.role,
         "content": message.content,
         "status": message.status,
@@ -200,6 +201,9 @@ def _message_view(message: StoredMessage) -> dict[str, Any]:
         "created_at": iso_utc(message.created_at),
         "superseded_by": message.superseded_by,  # regenerate, edit
     }
+    if message.role == "assistant":
+        view["sources"] = stored_sources(message.sources)  # the answer's (docs/api.md)
+    return view
 
 
 async def _export_body(
@@ -214,7 +218,7 @@ async def _export_body(
         "exported_at": iso_utc(exported_at),
         "subject": user_id,
         "memory": memory_state(head.snapshot, enabled=writes_enabled).model_dump(),
-        "settings": {"save_mode": head.save_mode},
+        "settings": {"save_mode": head.save_mode, "recall_chats": head.recall_chats},
         "projects": [
             {
                 **project_view(project),

@@ -7,9 +7,9 @@ from typing import Any
 
 import structlog
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, StrictBool, model_validator
 
-from app.api.deps import MemoryScope, RuntimeDep
+from app.api.deps import MemoryScope, RuntimeDep, SettingsDep
 from app.api.errors import error_responses
 from app.api.memory import MemoryState, memory_state, memory_unavailable, require_writes
 from app.api.memory_commit import commit_change, is_issued_id
@@ -17,6 +17,7 @@ from app.api.memory_history import proposal_view
 from app.api.project_scope import ProjectQuery
 from app.errors import NotFound
 from app.memory.provenance import Provenance, SaveMode
+from app.settings import Settings
 
 logger = structlog.get_logger(__name__)
 
@@ -26,21 +27,47 @@ NO_PROPOSAL = "No such proposal (it may have expired)."
 
 
 class MemorySettings(BaseModel):
-    """`auto`: the assistant saves as it goes. `ask`: it proposes, the user decides."""
+    """`save_mode` `auto`: the assistant saves as it goes; `ask`: it proposes, the user decides.
+    `recall_chats`: each turn recalls the most relevant snippets of earlier conversations
+    (docs/conversation-search.md); the operator's RECALL_CHATS_DEFAULT until the person
+    chooses."""
 
     model_config = ConfigDict(extra="forbid")
 
     save_mode: SaveMode
+    recall_chats: bool
+
+
+class SettingsChange(BaseModel):
+    """Either or both fields; one left out keeps its value."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    save_mode: SaveMode | None = None
+    recall_chats: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> SettingsChange:
+        if self.save_mode is None and self.recall_chats is None:
+            raise ValueError("send save_mode, recall_chats or both")
+        return self
+
+
+async def _settings(scope: MemoryScope, runtime: RuntimeDep, config: Settings) -> MemorySettings:
+    mode, recall = await runtime.control.settings(scope.user_id)
+    return MemorySettings(
+        save_mode=mode, recall_chats=config.recall_chats_default if recall is None else recall
+    )
 
 
 # The settings are the person's, in every scope; a `project_id` is still checked as the
 # caller's (404 otherwise), as on every memory route.
 @router.get("/settings", response_model=MemorySettings, responses=error_responses(401, 404, 503))
 async def read_settings(
-    scope: MemoryScope, runtime: RuntimeDep, _where: ProjectQuery
+    scope: MemoryScope, runtime: RuntimeDep, config: SettingsDep, _where: ProjectQuery
 ) -> MemorySettings:
     try:
-        return MemorySettings(save_mode=await runtime.control.save_mode(scope.user_id))
+        return await _settings(scope, runtime, config)
     except Exception as error:
         logger.warning("memory.settings_failed", error=type(error).__name__)
         raise memory_unavailable() from None
@@ -52,16 +79,24 @@ async def read_settings(
     responses=error_responses(401, 400, 404, 413, 422, 503),
 )
 async def write_settings(
-    body: MemorySettings, scope: MemoryScope, runtime: RuntimeDep, _where: ProjectQuery
+    body: SettingsChange,
+    scope: MemoryScope,
+    runtime: RuntimeDep,
+    config: SettingsDep,
+    _where: ProjectQuery,
 ) -> MemorySettings:
     # A preference, not memory: it can be changed while the memory flag is off.
     try:
-        await runtime.memory.set_save_mode_async(scope.user_id, body.save_mode)
+        if body.save_mode is not None:
+            await runtime.memory.set_save_mode_async(scope.user_id, body.save_mode)
+        if body.recall_chats is not None:
+            await runtime.memory.set_recall_chats_async(scope.user_id, body.recall_chats)
+        settings = await _settings(scope, runtime, config)
     except Exception as error:
         logger.warning("memory.settings_failed", error=type(error).__name__)
         raise memory_unavailable() from None
-    logger.info("memory.settings_changed", save_mode=body.save_mode)
-    return body
+    logger.info("memory.settings_changed", save_mode=body.save_mode, recall_chats=body.recall_chats)
+    return settings
 
 
 @router.get(

@@ -13,6 +13,7 @@ from app.agent.events import (
     ErrorEvent,
     FinishReason,
     MemoryEvent,
+    SourcesEvent,
     StartEvent,
     ToolEvent,
     TurnEvent,
@@ -129,6 +130,10 @@ class UiChunkEncoder:
                 return [
                     *self._close_text(),
                     {"type": "data-memory", "id": f"memory_{self._turn_id}", "data": event.data()},
+                ]
+            case SourcesEvent():
+                return [
+                    {"type": "data-sources", "id": f"sources_{self._turn_id}", "data": event.data()}
                 ]
             case DoneEvent():
                 self.finished = True

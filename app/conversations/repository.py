@@ -51,6 +51,8 @@ class StoredMessage:
     created_at: datetime
     # The turn that replaced this one (regenerate, edit-and-resend); None: current transcript.
     superseded_by: str | None = None
+    # An answer's sources as stored (JSON, app/agent/sources.py); None: none were recorded.
+    sources: str | None = None
 
 
 def now() -> datetime:
@@ -247,9 +249,11 @@ def add_message(
     *,
     stamp: datetime | None = None,
     touch: bool = True,
+    sources: str | None = None,
 ) -> None:
     """Store one message; `touch` moves the conversation's `updated_at` to it (a new
-    conversation created with the same `stamp` needs no second write)."""
+    conversation created with the same `stamp` needs no second write). `sources`: an
+    answer's, as JSON."""
     stamp = stamp or now()
     connection.execute(
         _ADD,
@@ -260,6 +264,7 @@ def add_message(
             "content": content,
             "status": status,
             "created_at": stamp,
+            "sources": sources,
         },
     )
     if touch:
@@ -282,6 +287,7 @@ _MESSAGE = insert(conversation_messages).values(
     content=bindparam("content", type_=conversation_messages.c.content.type),
     status=bindparam("status", type_=conversation_messages.c.status.type),
     created_at=_STAMP,
+    sources=bindparam("sources", type_=conversation_messages.c.sources.type),
 )
 
 
@@ -307,12 +313,13 @@ def append_message(
     status: MessageStatus,
     spent: TurnUsage | None = None,
     release: SlotRelease | None = None,
+    sources: str | None = None,
 ) -> None:
     """One message at the end of the conversation, which it touches (`updated_at`), the
     turn's token usage when `spent` is given, and the release of the turn's stream slot when
-    `release` is."""
+    `release` is; `sources`: an answer's, as JSON."""
     if connection.dialect.name != "postgresql":
-        add_message(connection, conversation_id, turn_id, role, content, status)
+        add_message(connection, conversation_id, turn_id, role, content, status, sources=sources)
         if spent is not None:
             usage_rows.record(connection, spent)
         if release is not None:
@@ -325,6 +332,7 @@ def append_message(
         "content": content,
         "status": status,
         "stamp": now(),
+        "sources": sources,
     }
     if spent is not None:
         values.update(usage_rows.record_values(spent))
@@ -343,6 +351,7 @@ _MESSAGES = select(
     conversation_messages.c.turn_id,
     conversation_messages.c.created_at,
     conversation_messages.c.superseded_by,
+    conversation_messages.c.sources,
 ).where(_IN_CONVERSATION)
 _CURRENT = conversation_messages.c.superseded_by.is_(None)
 _BEFORE = conversation_messages.c.id < bindparam("before_id", type_=Integer())
@@ -551,3 +560,17 @@ def remove_if_stale(connection: Connection, conversation_ids: list[str], cutoff:
         ).scalars()
     ]
     return _remove_ids(connection, still)
+
+
+def clear_sources(connection: Connection, user_id: str) -> None:
+    """Drop the stored sources of every answer of the user's (forgetting memory: they hold
+    copies of its entries); the answers stay."""
+    owned = select(conversations.c.id).where(conversations.c.user_id == user_id)
+    connection.execute(
+        update(conversation_messages)
+        .where(
+            conversation_messages.c.conversation_id.in_(owned),
+            conversation_messages.c.sources.is_not(None),
+        )
+        .values(sources=None)
+    )

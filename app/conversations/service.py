@@ -452,6 +452,7 @@ class ConversationService:
         spent: TurnUsage | None,
         release: SlotRelease | None,
         retried: bool = False,
+        sources: str | None = None,
     ) -> None:
         with self._transcript_write() as connection:
             if retried and repository.has_message(connection, conversation_id, turn_id, role):
@@ -466,6 +467,7 @@ class ConversationService:
                 status,
                 spent,
                 release,
+                sources,
             )
 
     async def append(
@@ -480,24 +482,26 @@ class ConversationService:
         usage: TurnUsage | None = None,
         release: SlotRelease | None = None,
         retried: bool = False,
+        sources: str | None = None,
     ) -> bool:
         """Store one message (and the turn's token usage and the release of its stream slot,
         in the same transaction); a failure is logged (without content) and the turn goes on.
         `replaces`: the turn this one replaces (regenerate, edit-and-resend); it and every
         later turn leave the current transcript, kept as replaced versions. `retried`: an
-        earlier write of this message failed and may have committed; it is looked for first."""
+        earlier write of this message failed and may have committed; it is looked for first.
+        `sources`: an answer's (JSON, app/agent/sources.py)."""
         if conversation_id is None:
             return False
         arguments = (conversation_id, turn_id, role, content, status, replaces, usage, release)
         try:
             try:
-                await to_thread(self._append, *arguments, retried)
+                await to_thread(self._append, *arguments, retried, sources)
             except DBAPIError as error:
                 if not error.connection_invalidated:
                     raise
                 # A connection lost mid-write (a killed backend, a failover): once more on a
                 # new one, which finds the message if the lost one had committed it.
-                await to_thread(self._append, *arguments, True)
+                await to_thread(self._append, *arguments, True, sources)
         except Exception as error:
             log.warning(
                 "conversation.append_failed",
@@ -556,6 +560,7 @@ def _append_on(
     status: MessageStatus = "complete",
     spent: TurnUsage | None = None,
     release: SlotRelease | None = None,
+    sources: str | None = None,
 ) -> None:
     if replaces is not None:
         # In the same transaction as the new message: the transcript never shows both versions
@@ -564,5 +569,5 @@ def _append_on(
         if first_row is not None:
             repository.supersede_from(connection, conversation_id, first_row, turn_id)
     repository.append_message(
-        connection, conversation_id, turn_id, role, content, status, spent, release
+        connection, conversation_id, turn_id, role, content, status, spent, release, sources
     )

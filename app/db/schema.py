@@ -100,6 +100,9 @@ conversation_messages = Table(
     # The turn that replaced this message's turn (regenerate, edit-and-resend; revision 0008);
     # NULL while the message is part of the current transcript. Superseded rows are kept.
     Column("superseded_by", Identifier(ID_CHARS), nullable=True),
+    # An answer's sources (revision 0018, JSON, app/agent/sources.py): the memory its prompt
+    # held, the earlier-conversation snippets it was given, the memory changes it made.
+    Column("sources", long_text(), nullable=True),
     PrimaryKeyConstraint("id", name=f"pk_{PREFIX}conversation_messages"),
     ForeignKeyConstraint(
         ["conversation_id"],
@@ -138,7 +141,7 @@ memory_changes = Table(
     Column("project_id", Identifier(ID_CHARS), nullable=True),
     PrimaryKeyConstraint("seq", name=f"pk_{PREFIX}memory_changes"),
     CheckConstraint(
-        "source IN ('turn', 'api', 'undo', 'proposal', 'mcp', 'expired')",
+        "source IN ('turn', 'api', 'undo', 'proposal', 'mcp', 'expired', 'sources')",
         name=f"ck_{PREFIX}memory_changes_source",
     ),
     Index(f"ux_{PREFIX}memory_changes_id", "id", unique=True),
@@ -180,6 +183,8 @@ memory_preferences = Table(
     Column("user_id", Identifier(SUBJECT_CHARS), nullable=False),
     Column("save_mode", String(8), nullable=False),
     Column("updated_at", precise_timestamp(), nullable=False),
+    # Recall of earlier chats (revision 0018); NULL: never chosen, RECALL_CHATS_DEFAULT applies.
+    Column("recall_chats", Boolean, nullable=True),
     PrimaryKeyConstraint("user_id", name=f"pk_{PREFIX}memory_preferences"),
     CheckConstraint("save_mode IN ('auto', 'ask')", name=f"ck_{PREFIX}memory_preferences_mode"),
     **MYSQL_OPTIONS,

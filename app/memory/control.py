@@ -51,6 +51,8 @@ class ExportHead:
     usage: list[dict[str, Any]] = field(default_factory=list)
     # Each project with its document (its history entries carry its id).
     projects: list[tuple[Project, tuple[str, ...]]] = field(default_factory=list)
+    # The person's recall choice (None: never chosen).
+    recall_chats: bool | None = None
 
 
 def _registered_entries(entries: list[HistoryEntry]) -> list[HistoryEntry]:
@@ -102,6 +104,23 @@ class MemoryControl:
     async def save_mode(self, user_id: str) -> SaveMode:
         return await to_thread(self._save_mode, user_id)
 
+    def _settings(self, user_id: str) -> tuple[SaveMode, bool | None]:
+        with self.engine.connect() as connection:
+            mode = proposals.save_mode(connection, user_id)
+            return mode, proposals.recall_chats(connection, user_id)
+
+    def _recall_chats(self, user_id: str) -> bool | None:
+        with self.engine.connect() as connection:
+            return proposals.recall_chats(connection, user_id)
+
+    async def recall_chats(self, user_id: str) -> bool | None:
+        """The person's recall choice (None: never chosen); read by each /v1/chat turn."""
+        return await to_thread(self._recall_chats, user_id)
+
+    async def settings(self, user_id: str) -> tuple[SaveMode, bool | None]:
+        """The save mode and the recall choice (None: never chosen)."""
+        return await to_thread(self._settings, user_id)
+
     # -- proposals ------------------------------------------------------------------------
 
     def _pending(self, user_id: str, project_id: str | None) -> list[Proposal]:
@@ -123,6 +142,7 @@ class MemoryControl:
             snapshot = repository.load_snapshot(connection, user_id)
             register_memory(snapshot)
             save_mode = proposals.save_mode(connection, user_id)
+            recall = proposals.recall_chats(connection, user_id)
             pending = proposals.pending(connection, user_id)
             expired = proposals.expired(connection, user_id)
             usage = export_for_subject(connection, user_id)["usage"]
@@ -140,6 +160,7 @@ class MemoryControl:
             _registered_proposals(expired),
             usage,
             documents,
+            recall,
         )
 
     async def export_head(self, user_id: str) -> ExportHead:

@@ -85,6 +85,33 @@ def set_save_mode(connection: Connection, user_id: str, mode: SaveMode) -> None:
         )
 
 
+_RECALL_CHATS = select(memory_preferences.c.recall_chats).where(
+    memory_preferences.c.user_id == bindparam("owner_id", type_=memory_preferences.c.user_id.type)
+)
+
+
+def recall_chats(connection: Connection, user_id: str) -> bool | None:
+    """The person's choice of recall of earlier chats; None: never chosen (no row, or a row
+    that only holds the save mode), and RECALL_CHATS_DEFAULT decides."""
+    stored = connection.execute(_RECALL_CHATS, {"owner_id": user_id}).scalar()
+    return None if stored is None else bool(stored)
+
+
+def set_recall_chats(connection: Connection, user_id: str, recall: bool) -> None:
+    """Update, else insert with the default save mode (the caller retries the rare
+    first-insert race)."""
+    key = memory_preferences.c.user_id == user_id
+    result = connection.execute(
+        update(memory_preferences).where(key).values(recall_chats=recall, updated_at=now())
+    )
+    if not result.rowcount:
+        connection.execute(
+            insert(memory_preferences).values(
+                user_id=user_id, save_mode="auto", recall_chats=recall, updated_at=now()
+            )
+        )
+
+
 # -- proposals -----------------------------------------------------------------------------
 
 

@@ -13,7 +13,8 @@ from typing import Any, Literal, get_args
 from app.memory.rules import TARGETS, Change, MemoryValidationError, Operation
 
 # `expired`: entries that left memory at their time (remember-until, app/memory/until.py).
-Source = Literal["turn", "api", "undo", "proposal", "mcp", "expired"]
+# `sources`: an entry the person removed with "Wrong" under an answer (app/agent/sources.py).
+Source = Literal["turn", "api", "undo", "proposal", "mcp", "expired", "sources"]
 # Who proposed a proposal: a turn under `ask`, an MCP client under `ask`, or an import.
 Proposer = Literal["turn", "mcp", "import"]
 SaveMode = Literal["auto", "ask"]

@@ -447,3 +447,11 @@ class MemoryService:
 
     async def set_save_mode_async(self, user_id: str, mode: SaveMode) -> None:
         await to_thread(self.set_save_mode, user_id, mode)
+
+    def set_recall_chats(self, user_id: str, recall: bool) -> None:
+        self._run(
+            user_id, "recall_chats", lambda unit: writes.set_recall_chats(unit, recall), _never
+        )
+
+    async def set_recall_chats_async(self, user_id: str, recall: bool) -> None:
+        await to_thread(self.set_recall_chats, user_id, recall)

@@ -314,14 +314,17 @@ def propose(
 
 
 def forget(unit: UnitOfWork) -> int:
-    """Memory (every project's document too), its history and pending proposals; the save mode
-    and the projects themselves (names, settings) stay."""
+    """Memory (every project's document too), its history, pending proposals and the sources
+    stored with the person's answers; the save mode and the projects themselves (names,
+    settings) stay."""
     connection, user_id = unit.connection, unit.user_id
     removed = repository.delete_all(connection, user_id)
     removed += projects.forget_documents(connection, user_id)
     expiries.delete_all(connection, user_id)
     history.delete_all(connection, user_id)
     proposals.delete_all(connection, user_id)
+    # The answers' sources hold copies of memory entries: forgotten with them (the answers stay).
+    transcripts.clear_sources(connection, user_id)
     return removed
 
 
@@ -438,6 +441,10 @@ def move_conversation(
 
 def set_save_mode(unit: UnitOfWork, mode: SaveMode) -> None:
     proposals.set_save_mode(unit.connection, unit.user_id, mode)
+
+
+def set_recall_chats(unit: UnitOfWork, recall: bool) -> None:
+    proposals.set_recall_chats(unit.connection, unit.user_id, recall)
 
 
 def probe(unit: UnitOfWork) -> bool:

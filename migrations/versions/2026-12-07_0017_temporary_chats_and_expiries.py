@@ -22,7 +22,7 @@ from alembic import op
 from app.db.types import Identifier, precise_timestamp
 
 revision = "0017"
-down_revision = "0012"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 

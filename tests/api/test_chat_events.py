@@ -24,7 +24,7 @@ def test_plain_answer(db: Engine, sqlite_url: str) -> None:
         response, events = post_chat(url, dev_auth("alice"), {"message": "hi"})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
-    assert without_deltas(events) == ["start", "delta", "memory", "done"]
+    assert without_deltas(events) == ["start", "delta", "memory", "sources", "done"]
     assert len([e for e in events if e.event == "delta"]) == 6
     assert text_of(events) == "Hello there, how can I help?"
     start = events[0].data
@@ -43,7 +43,7 @@ def test_staged_tool_call_commits_after_the_answer(db: Engine, sqlite_url: str) 
     model = ScriptedModel([memory_call(FACT), Text("Saved.")])
     with serve_with_model(api_settings(sqlite_url), model) as url:
         _, events = post_chat(url, dev_auth("alice"), {"message": "remember that"})
-    assert without_deltas(events) == ["start", "tool", "delta", "memory", "done"]
+    assert without_deltas(events) == ["start", "tool", "delta", "memory", "sources", "done"]
     assert first(events, "tool").data == {
         "name": "memory_update",
         "outcome": "staged",
@@ -67,7 +67,7 @@ def test_rejected_tool_call_commits_nothing(db: Engine, sqlite_url: str) -> None
     model = ScriptedModel([memory_call(bad), Text("I could not save that.")])
     with serve_with_model(api_settings(sqlite_url), model) as url:
         _, events = post_chat(url, dev_auth("alice"), {"message": "forget x"})
-    assert without_deltas(events) == ["start", "tool", "delta", "memory", "done"]
+    assert without_deltas(events) == ["start", "tool", "delta", "memory", "sources", "done"]
     assert first(events, "tool").data["outcome"] == "rejected"
     assert first(events, "memory").data["outcome"] == "none"
     assert '"match_not_found"' in model.requests[1].messages[-1]["content"]
@@ -87,7 +87,7 @@ def test_flag_off_offers_no_tool(db: Engine, sqlite_url: str) -> None:
     settings = api_settings(sqlite_url, memory_enabled=False)
     with serve_with_model(settings, model) as url:
         _, events = post_chat(url, dev_auth("alice"), {"message": "hi"})
-    assert without_deltas(events) == ["start", "delta", "memory", "done"]
+    assert without_deltas(events) == ["start", "delta", "memory", "sources", "done"]
     assert events[0].data["memory"] == {"status": "disabled"}
     # Only conversation search, which reads transcripts, not memory.
     assert model.requests[0].tool_names == {"conversation_search"}
@@ -110,7 +110,7 @@ def test_read_failure_answers_unavailable_and_writes_nothing(db: Engine, sqlite_
     model = ScriptedModel([memory_call(FACT), Text("Memory is unavailable.")])
     with serve_with_model(api_settings(sqlite_url), model) as url:
         _, events = post_chat(url, dev_auth("alice"), {"message": "remember that"})
-    assert without_deltas(events) == ["start", "tool", "delta", "memory", "done"]
+    assert without_deltas(events) == ["start", "tool", "delta", "memory", "sources", "done"]
     assert events[0].data["memory"] == {"status": "unavailable"}
     assert first(events, "tool").data["outcome"] == "unavailable"
     assert first(events, "memory").data["outcome"] == "none"
@@ -163,6 +163,6 @@ def test_a_truncated_answer_finishes_with_length(db: Engine, sqlite_url: str) ->
     model = ScriptedModel([Text("This answer was cut", finish_reason="length")])
     with serve_with_model(api_settings(sqlite_url), model) as url:
         _, events = post_chat(url, dev_auth("alice"), {"message": "hi"})
-    assert without_deltas(events) == ["start", "delta", "memory", "done"]
+    assert without_deltas(events) == ["start", "delta", "memory", "sources", "done"]
     assert events[-1].data == {"finish_reason": "length"}
     model.assert_done()

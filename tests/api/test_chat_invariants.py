@@ -154,7 +154,7 @@ def test_with_nothing_staged_the_fallback_model_answers(engine: Engine, db_url: 
     transport = routed_transport({"primary": primary, "fallback": fallback})
     with serve_with_model(settings, transport=transport) as url:
         _, events = post_chat(url, dev_auth("alice"), {"message": "hi"})
-    assert without_deltas(events) == ["start", "delta", "memory", "done"]
+    assert without_deltas(events) == ["start", "delta", "memory", "sources", "done"]
     assert "".join(e.data["text"] for e in events if e.event == "delta") == (
         "Answered by the fallback."
     )
@@ -204,7 +204,7 @@ def test_the_round_limit_ends_with_tool_limit_and_commits_nothing(
     model = ScriptedModel([memory_call(FACT), memory_call(second)])
     with serve_with_model(api_settings(db_url, llm_max_rounds=2), model) as url:
         _, events = post_chat(url, dev_auth("alice"), {"message": "remember that"})
-    assert names(events) == ["start", "tool", "memory", "done"]
+    assert names(events) == ["start", "tool", "memory", "sources", "done"]
     assert events[-1].data == {"finish_reason": "tool_limit"}
     assert first(events, "memory").data == {
         "outcome": "failed",
@@ -222,7 +222,7 @@ def test_an_answer_cut_by_the_token_limit_commits_nothing(engine: Engine, db_url
     model = ScriptedModel([memory_call(FACT), Text("Saved, and then I was cu", "length")])
     with serve_with_model(api_settings(db_url), model) as url:
         _, events = post_chat(url, dev_auth("alice"), {"message": "remember that"})
-    assert without_deltas(events) == ["start", "tool", "delta", "memory", "done"]
+    assert without_deltas(events) == ["start", "tool", "delta", "memory", "sources", "done"]
     assert events[-1].data == {"finish_reason": "length"}
     assert first(events, "memory").data["outcome"] == "failed"
     assert first(events, "memory").data["reason"] == "length"

@@ -65,7 +65,8 @@ def test_pages_at_and_past_the_bound_export_everything_in_order(
         "usage",
         "conversations",
     ]
-    assert body["subject"] == "alice" and body["settings"] == {"save_mode": "auto"}
+    assert body["subject"] == "alice"
+    assert body["settings"] == {"save_mode": "auto", "recall_chats": None}
     assert body["projects"] == []
     assert [change["operations"][0]["after"] for change in body["history"]] == [
         f"F{n}." for n in reversed(range(rows))

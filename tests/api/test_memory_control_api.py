@@ -128,15 +128,27 @@ def test_undo_applies_the_inverse_and_answers_conflicts_without_writing(
 
 
 def test_save_mode_defaults_to_auto_and_is_per_user(client: TestClient) -> None:
-    assert client.get("/v1/memory/settings", headers=ALICE).json() == {"save_mode": "auto"}
+    assert client.get("/v1/memory/settings", headers=ALICE).json() == {
+        "save_mode": "auto",
+        "recall_chats": False,
+    }
     put = client.put("/v1/memory/settings", headers=ALICE, json={"save_mode": "ask"})
-    assert put.status_code == 200 and put.json() == {"save_mode": "ask"}
-    assert client.get("/v1/memory/settings", headers=ALICE).json() == {"save_mode": "ask"}
-    assert client.get("/v1/memory/settings", headers=BOB).json() == {"save_mode": "auto"}
+    assert put.status_code == 200 and put.json() == {"save_mode": "ask", "recall_chats": False}
+    assert client.get("/v1/memory/settings", headers=ALICE).json() == {
+        "save_mode": "ask",
+        "recall_chats": False,
+    }
+    assert client.get("/v1/memory/settings", headers=BOB).json() == {
+        "save_mode": "auto",
+        "recall_chats": False,
+    }
     for body in ({"save_mode": "always"}, {"save_mode": "ask", "user_id": "bob"}, {}):
         bad = client.put("/v1/memory/settings", headers=ALICE, json=body)
         assert bad.status_code == 422, body
-    assert client.get("/v1/memory/settings", headers=BOB).json() == {"save_mode": "auto"}
+    assert client.get("/v1/memory/settings", headers=BOB).json() == {
+        "save_mode": "auto",
+        "recall_chats": False,
+    }
 
 
 def test_proposals_are_listed_accepted_and_rejected_by_their_owner_only(
@@ -216,7 +228,7 @@ def test_export_is_a_download_of_everything_kept_about_the_caller_only(
     assert set(body) >= {"exported_at", "subject", "memory", "history", "conversations"}
     assert ISO.match(body["exported_at"]) and body["subject"] == "alice"
     assert body["memory"]["user"]["entries"] == ["Prefers tea."]
-    assert body["settings"] == {"save_mode": "ask"}
+    assert body["settings"] == {"save_mode": "ask", "recall_chats": None}
     assert [c["operations"][0]["after"] for c in body["history"]] == ["Prefers tea."]
     assert [p["operations"][0]["content"] for p in body["proposals"]] == ["Likes jazz."]
     [exported] = body["conversations"]
@@ -242,7 +254,10 @@ def test_forget_deletes_history_and_proposals_and_keeps_the_save_mode(
     assert client.delete("/v1/memory", headers=ALICE).status_code == 204
     assert changes(client) == {"changes": [], "next": None}
     assert client.get("/v1/memory/proposals", headers=ALICE).json() == {"proposals": []}
-    assert client.get("/v1/memory/settings", headers=ALICE).json() == {"save_mode": "ask"}
+    assert client.get("/v1/memory/settings", headers=ALICE).json() == {
+        "save_mode": "ask",
+        "recall_chats": False,
+    }
     assert len(changes(client, who=BOB)["changes"]) == 1
 
 

@@ -41,7 +41,14 @@ STORAGE_WRITERS = {
     "projects": {"create", "change", "forget", "remove", "forget_documents", "delete_all"},
     "repository": {"delete_all", "document_statement"},
     "history": {"delete_all", "trim", "delete_older_than", "ENTRY_INSERT", "TRIM_BEFORE_INSERT"},
-    "proposals": {"add", "remove", "delete_all", "delete_preferences", "set_save_mode"},
+    "proposals": {
+        "add",
+        "remove",
+        "delete_all",
+        "delete_preferences",
+        "set_save_mode",
+        "set_recall_chats",
+    },
     "expiries": {"persist", "delete_all", "delete_document", "delete_due"},
 }
 UNIT_OPENERS = {"memory/service.py", "api/health.py"}

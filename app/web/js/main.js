@@ -118,6 +118,11 @@ const chat = new Chat({
   onSettled: () => { document.body.dataset.turns = String(Number(document.body.dataset.turns || 0) + 1); },
 });
 Object.assign(parts, { chat, conversations, memory, search, title, notice: chatNotice });
+// "History" under an answer's sources shows the memory panel (app/web/js/chat/sources.js).
+memory.onReveal = () => {
+  if (drawers.narrow) drawers.show("memory");
+  else if (drawers.memoryFolded) drawers.toggle("memory");
+};
 
 function showModelBadge() {
   for (const badge of document.querySelectorAll(".model-badge")) {

@@ -5,6 +5,7 @@ import { copyText, flashCopied } from "../clipboard.js";
 import { button, el } from "../dom.js";
 import { renderMarkdown } from "../markdown.js";
 import { timeElement } from "../time.js";
+import { hasSources, sourcesElement } from "./sources.js";
 
 function avatar() {
   const image = el("img", { className: "avatar-mark", attrs: { src: "/static/favicon.svg", alt: "",
@@ -71,6 +72,16 @@ export class Answer {
 
   note(text, kind = "") {
     this.notes.append(el("p", { className: `note ${kind}`.trim(), text }));
+    this.view.changed();
+  }
+
+  // What the answer was given and did: the quiet "Memory used" line below it.
+  showSources(sources) {
+    this.sources?.remove();
+    this.sources = null;
+    if (!hasSources(sources) || !this.view.sourceActions) return;
+    this.sources = sourcesElement(sources, this.view.sourceActions);
+    this.meta.before(this.sources);
     this.view.changed();
   }
 

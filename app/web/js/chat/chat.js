@@ -28,6 +28,13 @@ export class Chat {
     this.projectId = null; // the place's project (null: outside projects)
     this.turn = null;
     this.opening = 0; // the latest open request wins
+    // Under each answer's sources: "Wrong" and its Undo, and "History", through the panel.
+    view.sourceActions = {
+      wrong: (entry) => memory.wrongEntry(entry),
+      undo: (changeId, entry) => memory.undoWrong(changeId, entry),
+      asks: () => memory.extras.saveMode === "ask",
+      history: (entry) => memory.reveal(entry),
+    };
   }
 
   attach(client) {

@@ -23,6 +23,7 @@ export class MessageView {
     this.onRegenerate = onRegenerate;
     this.onEdit = onEdit;
     this.busy = false;
+    this.sourceActions = null; // what "Wrong" and "History" under an answer do (set by the chat)
   }
 
   changed() {
@@ -86,6 +87,7 @@ export class MessageView {
       answer.note("This answer failed.", "bad");
     }
     answer.finish(message.created_at);
+    if (message.sources) answer.showSources(message.sources);
     return answer.element;
   }
 

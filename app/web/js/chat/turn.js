@@ -1,5 +1,5 @@
-// One turn: posts the message, reads the native event stream (start, delta, tool, memory, done
-// or error) and shows each event on the answer. Stop aborts the request: the server sees the
+// One turn: posts the message, reads the native event stream (start, delta, tool, memory,
+// sources, done or error) and shows each event on the answer. Stop aborts the request: the server sees the
 // disconnect and commits nothing.
 
 import { describe, isSessionEnd, limitMessage } from "../api.js";
@@ -120,6 +120,9 @@ export class Turn {
       case "memory":
         this.memory = data;
         this.onMemory(data);
+        break;
+      case "sources":
+        this.answer.showSources(data);
         break;
       case "done":
         this.done = true;

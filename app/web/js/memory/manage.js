@@ -12,16 +12,37 @@ export class ManageSection {
     this.panel = panel;
     this.askFirst = $("ask-before-saving");
     this.askFirst.addEventListener("change", () => this.setSaveMode(this.askFirst.checked ? "ask" : "auto"));
+    this.recall = $("recall-chats");
+    this.recall.addEventListener("change", () => this.setRecall(this.recall.checked));
     $("export-memory").addEventListener("click", () => this.exportAll());
     $("forget").addEventListener("click", () => this.forget());
   }
 
   // The switch can be used once the stored mode is known: a click before that would be
   // undone by the load that answers after it.
-  render({ saveMode }) {
+  render({ saveMode, recallChats }) {
     if (!saveMode) return;
     this.askFirst.checked = saveMode === "ask";
     this.askFirst.disabled = false;
+    this.recall.checked = Boolean(recallChats);
+    this.recall.disabled = false;
+  }
+
+  // Recall of earlier chats (docs/conversation-search.md): a setting of the person's.
+  async setRecall(on) {
+    const { panel } = this;
+    panel.modeWrites += 1;
+    try {
+      const settings = await panel.client.request("/v1/memory/settings",
+        { method: "PUT", body: { recall_chats: on } });
+      panel.extras = { ...panel.extras, recallChats: settings.recall_chats };
+      panel.notice.show(settings.recall_chats
+        ? "Answers may now use snippets of your earlier chats."
+        : "Answers no longer recall your earlier chats.", "success");
+    } catch (error) {
+      if (!isSessionEnd(error)) panel.notice.show(`Not changed: ${describe(error)}`, "error");
+    }
+    this.render(panel.extras);
   }
 
   async setSaveMode(mode) {
@@ -74,6 +95,8 @@ export class ManageSection {
   reset() {
     this.askFirst.checked = false;
     this.askFirst.disabled = true;
+    this.recall.checked = false;
+    this.recall.disabled = true;
   }
 }
 

@@ -50,6 +50,7 @@ export function sourceText(change, titles, entry = null) {
     : change.operations.filter((operation) => operation.after === entry);
   if (change.source === "api") return `${yourVerb(operations.length ? operations : change.operations)} by you`;
   if (change.source === "undo") return "undone by you";
+  if (change.source === "sources") return "removed by you as wrong, under an answer";
   if (change.source === "mcp") return `from ${change.client || "another assistant"}`;
   if (change.source === "import") return "imported from another assistant";
   if (change.source === "proposal" && !change.turn_id) {

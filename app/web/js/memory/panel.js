@@ -19,13 +19,15 @@ import { originHistory, originOf, originsOf, originText } from "./origins.js";
 import { ProposalsSection } from "./proposals.js";
 
 const HISTORY_PAGE = 50;
-const NO_EXTRAS = { changes: [], next: null, proposals: [], saveMode: null, titles: new Map() };
+const NO_EXTRAS = { changes: [], next: null, proposals: [], saveMode: null, recallChats: false,
+  titles: new Map() };
 
 export class MemoryPanel {
   // onChanged(extras, rejected): history or proposals changed (accept, reject, undo, expiry,
   // a turn): the chat relabels its turns' memory chips.
   constructor({ root, onStatus = () => {}, onChanged = () => {} }) {
     this.root = root;
+    this.onReveal = () => {}; // opens the panel (the drawers are main.js's)
     this.onStatus = onStatus;
     this.onChanged = onChanged;
     this.rejected = new Set(); // turns whose proposal the person rejected on this page
@@ -133,6 +135,7 @@ export class MemoryPanel {
         proposals: proposals.proposals,
         // A save-mode change sent while this load ran is newer than what the load read.
         saveMode: modeWrites === this.modeWrites ? settings.save_mode : this.extras.saveMode,
+        recallChats: modeWrites === this.modeWrites ? settings.recall_chats : this.extras.recallChats,
         titles: new Map(conversations.conversations.map((c) => [c.id, c.title])),
       };
       this.showExtras();
@@ -185,6 +188,60 @@ export class MemoryPanel {
       this.refused(error, action === "accept" ? "Not saved" : "Not rejected");
       await this.loadExtras();
     }
+  }
+
+  // "Wrong" on an entry under an answer's sources: removed through the one way in, in the
+  // entry's own scope, with history source `sources`. Answers the change's id, for Undo (null:
+  // not removed; the notice says why).
+  async wrongEntry(entry) {
+    const where = entry.project_id ? `?project_id=${encodeURIComponent(entry.project_id)}` : "";
+    try {
+      const after = await this.client.request(`/v1/memory/operations${where}`, { method: "POST",
+        body: { source: "sources", operations: [{ target: entry.target, action: "remove", match: entry.text }] } });
+      if ((entry.project_id || null) === this.scope) this.show(after);
+      const recent = await this.client.request(`/v1/memory/history${where}${where ? "&" : "?"}limit=5`);
+      const change = recent.changes.find((item) => item.source === "sources"
+        && item.operations.some((operation) => operation.before === entry.text));
+      await this.loadExtras();
+      this.notice.show("Removed from memory as wrong.", "success");
+      return change ? change.id : null;
+    } catch (error) {
+      this.refused(error, "Not removed");
+      return null;
+    }
+  }
+
+  // Undo of a "Wrong": the entry is back (true), or the notice says why not.
+  async undoWrong(changeId, entry) {
+    const where = entry.project_id ? `?project_id=${encodeURIComponent(entry.project_id)}` : "";
+    try {
+      const after = await this.client.request(
+        `/v1/memory/history/${encodeURIComponent(changeId)}/undo${where}`, { method: "POST" });
+      if ((entry.project_id || null) === this.scope) this.show(after);
+      await this.loadExtras();
+      this.notice.show("Restored to memory.", "success");
+      return true;
+    } catch (error) {
+      this.refused(error, "Not restored");
+      return false;
+    }
+  }
+
+  // "History" on an entry under an answer: the panel opens at that entry, its history unfolded.
+  reveal(entry) {
+    this.onReveal();
+    const entries = this.root.querySelectorAll(".entry-origin");
+    const origin = [...entries].find((item) => item.dataset.target === entry.target
+      && item.dataset.entry === entry.text);
+    if (!origin) {
+      this.notice.show("That entry is no longer in this memory.", "info");
+      return;
+    }
+    if (!origin.hidden) origin.open = true;
+    const item = origin.closest(".entry");
+    item.scrollIntoView({ block: "center" });
+    item.classList.add("revealed");
+    setTimeout(() => item.classList.remove("revealed"), 2000);
   }
 
   // A turn's memory event said `proposed`: show the new card now, not after the answer.
