@@ -25,6 +25,10 @@ from app.memory.service import MemoryService
 from app.memory.writes import WriteLimits
 from app.operators.limits import Caller, Limits, LimitStore
 from app.operators.usage import UsageStore
+from app.sessions.keys import SessionKeys
+from app.sessions.oidc import OidcLogin
+from app.sessions.service import BrowserSessions
+from app.sessions.store import SessionStore
 from app.settings import Settings
 from app.telemetry import metrics
 
@@ -43,6 +47,8 @@ class Runtime:
     erasure: ErasureService
     limits: LimitStore
     usage: UsageStore
+    # The browser sign-in's sessions (app/sessions/); None when the page cannot sign in.
+    sessions: BrowserSessions | None = None
 
     def user_limits(self) -> Limits:
         return Limits(
@@ -106,7 +112,20 @@ def build_runtime(
             timeout_seconds=settings.limit_check_timeout_seconds,
         ),
         usage=UsageStore(engine),
+        sessions=build_sessions(settings, engine),
     )
+
+
+def build_sessions(settings: Settings, engine: Engine) -> BrowserSessions | None:
+    """The browser sessions, when the page can sign people in (nothing is fetched yet)."""
+    if not settings.browser_sign_in:
+        return None
+    secret = settings.auth_session_secret or settings.auth_dev_secret
+    assert secret is not None  # settings validation (oidc) or the dev secret (dev)
+    keys = SessionKeys(secret.get_secret_value())
+    store = SessionStore(engine, keys, lifetime_seconds=settings.auth_session_seconds)
+    oidc = OidcLogin(settings) if settings.auth_mode == "oidc" else None
+    return BrowserSessions(settings, store, keys, oidc)
 
 
 def build_memory_service(settings: Settings, engine: Engine) -> MemoryService:
