@@ -20,6 +20,7 @@ from app.api.deps import RuntimeDep, get_runtime
 from app.api.dev import DevTokenRequest
 from app.api.errors import BODY_ERRORS, error_responses
 from app.errors import NotFound, Unauthorized
+from app.sessions.keys import session_hash
 from app.sessions.oidc import ProviderRefused, ProviderUnavailable
 from app.sessions.service import BrowserSessions, SessionEnded
 
@@ -68,6 +69,13 @@ def _return_path(value: str | None) -> str:
     return value if all(32 < ord(character) < 127 for character in value) else "/"
 
 
+async def _end_previous(request: Request, sessions: BrowserSessions) -> None:
+    """A sign-in replaces the browser's cookie: the session it named ends with it."""
+    previous = sessions.session_value(request)
+    if previous is not None:
+        await sessions.store.end(session_hash(previous))
+
+
 @router.get("/auth/session", response_model=SessionView, responses=error_responses(401, 404))
 async def current_session(request: Request, sessions: Sessions) -> Response:
     """Who the session cookie signs in, and the CSRF token the page sends with each write."""
@@ -95,6 +103,7 @@ async def dev_login(
     if runtime.dev_tokens is None:
         raise NotFound("Not Found")
     sessions.check_same_site(request)
+    await _end_previous(request, sessions)
     value, session = await sessions.store.create(body.sub, body.roles)
     view = _view(sessions, value, session.subject, session.roles, session.expires_at)
     response = JSONResponse(view.model_dump(), headers={"cache-control": "no-store"})
@@ -172,6 +181,7 @@ async def callback(
             response = RedirectResponse("/?sign_in=unavailable", status_code=303)
         else:
             identity = signed_in.identity
+            await _end_previous(request, sessions)
             value, _session = await sessions.store.create(
                 identity.subject, identity.roles, signed_in.tokens
             )
