@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import structlog
@@ -182,6 +182,8 @@ class BrowserSessions:
                 return None
             roles, tokens = answer.identity.roles, answer.tokens
         assert not isinstance(tokens, SignedIn)
+        if tokens.id_token is None:  # most refreshes bring none: the sign-in's stays the hint
+            tokens = replace(tokens, id_token=provider.id_token)
         await self.store.replace_tokens(session, tokens, roles)
         log.info("auth.session_refreshed")
         return await self.store.find(value)
