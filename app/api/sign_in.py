@@ -111,7 +111,7 @@ async def dev_login(
     return response
 
 
-@router.get("/auth/login", include_in_schema=False)
+@router.get("/auth/login", status_code=303, responses=error_responses(404))
 async def login(
     sessions: Sessions, next_path: Annotated[str | None, Query(alias="next")] = None
 ) -> Response:
@@ -146,7 +146,7 @@ async def login(
     return response
 
 
-@router.get("/auth/callback", include_in_schema=False)
+@router.get("/auth/callback", status_code=303, responses=error_responses(404))
 async def callback(
     request: Request,
     sessions: Sessions,
