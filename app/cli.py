@@ -249,6 +249,7 @@ def cmd_purge(_args: argparse.Namespace) -> int:
     from app.conversations.service import ConversationService
     from app.erasure.retention import RetentionPolicy, purge
     from app.runtime import build_memory_service
+    from app.sessions.store import delete_ended
 
     settings = get_settings()
     policy = RetentionPolicy(
@@ -261,6 +262,7 @@ def cmd_purge(_args: argparse.Namespace) -> int:
         with _database(settings) as engine:
             memory = build_memory_service(settings, engine)
             report = purge(engine, memory, ConversationService(engine), policy)
+            ended_sessions = delete_ended(engine)
     except Exception as error:
         print(
             f"error: the purge stopped ({type(error).__name__}); what it removed stays removed, "
@@ -277,6 +279,7 @@ def cmd_purge(_args: argparse.Namespace) -> int:
         f"(TEMPORARY_CHAT_HOURS={policy.temporary_hours}), "
         f"expired memory entries: {report.expired_entries}"
     )
+    print(f"purged: ended browser sessions: {ended_sessions}")
     if report.unfinished_erasures:
         print(
             f"warning: {report.unfinished_erasures} erasure(s) did not finish; "

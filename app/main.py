@@ -26,6 +26,7 @@ from app.api import (
     metrics,
     openai_compat,
     projects,
+    sign_in,
     web,
 )
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
@@ -101,6 +102,7 @@ def create_app(
         admin_records,
         conversations,
         metrics,
+        sign_in,
         web,
     ):
         if module is metrics and not (settings or get_settings()).metrics_on_main_port:

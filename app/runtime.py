@@ -26,6 +26,10 @@ from app.memory.service import MemoryService
 from app.memory.writes import WriteLimits
 from app.operators.limits import Caller, Limits, LimitStore
 from app.operators.usage import UsageStore
+from app.sessions.keys import SessionKeys
+from app.sessions.oidc import OidcLogin
+from app.sessions.service import BrowserSessions
+from app.sessions.store import SessionStore
 from app.settings import Settings
 from app.telemetry import metrics
 
@@ -45,6 +49,8 @@ class Runtime:
     limits: LimitStore
     usage: UsageStore
     embeddings: Embeddings | None = None  # semantic search (EMBEDDING_BASE_URL), else None
+    # The browser sign-in's sessions (app/sessions/); None when the page cannot sign in.
+    sessions: BrowserSessions | None = None
 
     def user_limits(self) -> Limits:
         return Limits(
@@ -126,6 +132,7 @@ def build_runtime(
         ),
         usage=UsageStore(engine),
         embeddings=embeddings,
+        sessions=build_sessions(settings, engine),
     )
 
 
@@ -135,6 +142,18 @@ def _in_event_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def build_sessions(settings: Settings, engine: Engine) -> BrowserSessions | None:
+    """The browser sessions, when the page can sign people in (nothing is fetched yet)."""
+    if not settings.browser_sign_in:
+        return None
+    secret = settings.auth_session_secret or settings.auth_dev_secret
+    assert secret is not None  # settings validation (oidc) or the dev secret (dev)
+    keys = SessionKeys(secret.get_secret_value())
+    store = SessionStore(engine, keys, lifetime_seconds=settings.auth_session_seconds)
+    oidc = OidcLogin(settings) if settings.auth_mode == "oidc" else None
+    return BrowserSessions(settings, store, keys, oidc)
 
 
 def build_memory_service(settings: Settings, engine: Engine) -> MemoryService:

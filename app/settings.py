@@ -68,6 +68,27 @@ class Settings(BaseSettings):
     # A token verified once is accepted from memory (until it expires) for at most this long
     # before it is verified again; 0 verifies every request (app/api/auth.py, VerifiedTokens).
     auth_verified_cache_seconds: float = Field(default=60.0, ge=0, le=3600)
+    # The browser sign-in (docs/operations.md "Identity in production"): a server-side session
+    # behind an HttpOnly cookie. In oidc mode it is on when AUTH_CLIENT_ID is set; the service
+    # then runs the authorization-code flow with PKCE against the provider.
+    auth_client_id: str | None = None
+    auth_client_secret: SecretStr | None = None  # unset: a public client (PKCE only)
+    # Unset: AUTH_ISSUER + /.well-known/openid-configuration.
+    auth_discovery_url: str | None = None
+    # Where browsers reach this service (scheme://host[:port]); /auth/callback is under it.
+    auth_public_url: str | None = None
+    auth_scopes: str = "openid profile email offline_access"
+    # Encrypts the refresh token at rest and the login's state cookie; every replica needs the
+    # same one. Unset in dev mode: derived from the dev secret.
+    auth_session_secret: SecretStr | None = None
+    auth_session_seconds: int = Field(default=7 * 24 * 3600, ge=10, le=366 * 24 * 3600)
+    # The provider's access token is refreshed this long before it expires.
+    auth_refresh_margin_seconds: int = Field(default=60, ge=0, le=3600)
+    auth_provider_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
+    # Off only for plain http on a host other than localhost (browsers keep Secure cookies on
+    # http://localhost).
+    auth_cookie_secure: bool = True
+    auth_cookie_samesite: Literal["lax", "strict"] = "lax"
 
     # HTTP
     max_request_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
@@ -211,6 +232,13 @@ class Settings(BaseSettings):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
 
+    @field_validator("auth_public_url", "auth_discovery_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s?#]+(/[^\s?#]*)?$", value):
+            raise ValueError(f"must be an http(s) URL without query or fragment, not {value!r}")
+        return value.rstrip("/") if value is not None else None
+
     @field_validator("openai_cors_origins")
     @classmethod
     def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -226,6 +254,11 @@ class Settings(BaseSettings):
         "auth_jwks_url",
         "auth_issuer",
         "auth_audience",
+        "auth_client_id",
+        "auth_client_secret",
+        "auth_discovery_url",
+        "auth_public_url",
+        "auth_session_secret",
         "llm_fallback_model",
         "auth_dev_secret",
         "llm_api_key",
@@ -283,6 +316,8 @@ class Settings(BaseSettings):
                 )
             if self.auth_dev_secret is not None:
                 raise ValueError("AUTH_DEV_SECRET must not be set outside AUTH_MODE=dev")
+            if self.auth_client_id is not None:
+                self._check_browser_sign_in()
         secret = self.auth_dev_secret
         if secret is not None and len(secret.get_secret_value()) < MIN_DEV_SECRET:
             raise ValueError(f"AUTH_DEV_SECRET must be at least {MIN_DEV_SECRET} characters")
@@ -296,6 +331,27 @@ class Settings(BaseSettings):
         ):
             raise ValueError("EMBEDDING_BASE_URL needs EMBEDDING_MODEL and EMBEDDING_DIMENSIONS")
         return self
+    def _check_browser_sign_in(self) -> None:
+        missing = [
+            name
+            for name, value in (
+                ("AUTH_PUBLIC_URL", self.auth_public_url),
+                ("AUTH_SESSION_SECRET", self.auth_session_secret),
+            )
+            if value is None
+        ]
+        if missing:
+            raise ValueError(f"AUTH_CLIENT_ID (browser sign-in) needs {', '.join(missing)}")
+        assert self.auth_session_secret is not None
+        if len(self.auth_session_secret.get_secret_value()) < MIN_DEV_SECRET:
+            raise ValueError(f"AUTH_SESSION_SECRET must be at least {MIN_DEV_SECRET} characters")
+        if "openid" not in self.auth_scopes.split():
+            raise ValueError("AUTH_SCOPES must include 'openid'")
+
+    @property
+    def browser_sign_in(self) -> bool:
+        """Whether the page can sign a person in (dev: by name; oidc: through the provider)."""
+        return self.auth_mode == "dev" or self.auth_client_id is not None
 
     @property
     def offline_model(self) -> bool:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jwt
 import uvicorn
 from playwright.sync_api import Browser, Page, ViewportSize, sync_playwright
 
@@ -212,8 +213,9 @@ def open_page(
         reduced_motion="reduce",
     )
     page = context.new_page()
-    if token:
-        page.add_init_script(f"sessionStorage.setItem('agent-memory-token', {json.dumps(token)})")
+    if token:  # the token's person signs in as the page would: the server sets the cookie
+        subject = jwt.decode(token, options={"verify_signature": False})["sub"]
+        context.request.post(f"{base}/auth/dev/login", data={"sub": subject})
     page.goto(base)
     page.wait_for_selector("body[data-ready=true]")
     return page

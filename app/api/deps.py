@@ -43,7 +43,7 @@ async def current_user(request: Request) -> AsyncIterator[Identity]:
     and `request.state.memory_flag` says which it was ("enabled", "disabled", "unavailable").
     """
     runtime = get_runtime(request)
-    identity = await authenticate(request, runtime)
+    identity = await browser_session(request, runtime) or await authenticate(request, runtime)
     bind_subject(identity.subject)  # log lines carry a stable hash, never the subject
     flag = await runtime.flags.memory_status()
     request.state.memory_flag = flag
@@ -52,6 +52,23 @@ async def current_user(request: Request) -> AsyncIterator[Identity]:
 
 
 CurrentUser = Annotated[Identity, Depends(current_user)]
+
+# The web page's routes: only these accept the session cookie. /openai/v1 and /mcp are for
+# programs, which send a Bearer token (and a cookie there would be a cross-site door).
+BROWSER_PREFIX = "/v1/"
+
+
+async def browser_session(request: Request, runtime: Runtime) -> Identity | None:
+    """The person a session cookie signs in, for a /v1 request without an Authorization
+    header (app/sessions/service.py: refresh and CSRF checks); None to verify a Bearer token."""
+    sessions = runtime.sessions
+    if (
+        sessions is None
+        or "authorization" in request.headers
+        or not request.url.path.startswith(BROWSER_PREFIX)
+    ):
+        return None
+    return await sessions.identify(request)
 
 
 async def memory_request(_user: CurrentUser) -> MemoryRequest:

@@ -432,3 +432,24 @@ audit_log = Table(
     PrimaryKeyConstraint("seq", name=f"pk_{PREFIX}audit_log"),
     **MYSQL_OPTIONS,
 )
+
+# Browser sessions (app/sessions/): the cookie carries a random secret; the row is keyed by its
+# SHA-256, so a copy of this table signs nobody in. `refresh_token` and `id_token` (kept for the
+# provider's end-session hint) are encrypted with AUTH_SESSION_SECRET; both are NULL in dev mode.
+web_sessions = Table(
+    f"{PREFIX}web_sessions",
+    metadata,
+    Column("id_hash", Identifier(64), nullable=False),
+    Column("subject", Identifier(SUBJECT_CHARS), nullable=False),
+    Column("roles", short_text(1000), nullable=False),
+    Column("created_at", precise_timestamp(), nullable=False),
+    Column("expires_at", precise_timestamp(), nullable=False),
+    # When the provider's access token expires (refreshed before then); NULL in dev mode.
+    Column("access_expires_at", precise_timestamp(), nullable=True),
+    Column("refresh_token", document_text(), nullable=True),
+    Column("id_token", document_text(), nullable=True),
+    PrimaryKeyConstraint("id_hash", name=f"pk_{PREFIX}web_sessions"),
+    Index(f"ix_{PREFIX}web_sessions_subject", "subject"),
+    Index(f"ix_{PREFIX}web_sessions_expires_at", "expires_at"),
+    **MYSQL_OPTIONS,
+)

@@ -11,7 +11,14 @@ from typing import Literal
 
 from sqlalchemy import Column, Connection, Table, delete, update
 
-from app.db.schema import audit_log, feature_flags, limit_counters, stream_slots, usage_daily
+from app.db.schema import (
+    audit_log,
+    feature_flags,
+    limit_counters,
+    stream_slots,
+    usage_daily,
+    web_sessions,
+)
 from app.erasure.audit import subject_hash
 
 # "delete": the rows are the subject's (usage, limits); "clear": the row is shared and only
@@ -52,6 +59,8 @@ SUBJECT_COLUMNS: list[SubjectColumn] = [
     # Limit state: a user's counters and stream slots (an evaluation key's are keyed by a hash).
     SubjectColumn(limit_counters, "caller"),
     SubjectColumn(stream_slots, "caller"),
+    # Browser sessions: an erased person is signed out everywhere (their cookies name no row).
+    SubjectColumn(web_sessions, "subject"),
     SubjectColumn(audit_log, "actor", "pseudonymize"),
     SubjectColumn(audit_log, "target", "pseudonymize"),
 ]

@@ -10,7 +10,7 @@ expiries as `api` removals (the nearest earlier source) and drops the table and 
 entries that had an expiry stay, without it.
 
 Revision ID: 0017
-Revises: 0012
+Revises: 0016
 Create Date: 2026-12-07
 """
 

@@ -10,7 +10,7 @@ The downgrade records a `sources` change as `api` (the person's own change throu
 the nearest earlier source), then drops the two columns and restores the previous check.
 
 Revision ID: 0018
-Revises: 0012
+Revises: 0017
 Create Date: 2026-12-07
 """
 

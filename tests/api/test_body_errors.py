@@ -25,6 +25,7 @@ OPERATOR = dev_auth("body-errors", ["operator"])
 # Every route with a JSON body, and the headers that get it past authentication.
 BODY_ROUTES: dict[tuple[str, str], dict[str, str]] = {
     ("POST", "/dev/token"): {},
+    ("POST", "/auth/dev/login"): {},
     ("POST", "/v1/chat"): OPERATOR,
     ("POST", "/v1/eval/chat"): {"X-Eval-Key": EVAL_KEY},
     ("POST", "/v1/memory/operations"): OPERATOR,

@@ -68,7 +68,9 @@ def test_delete_my_account_offers_the_export_asks_for_the_name_then_signs_out(
     expect(page.locator("#sign-in")).to_be_visible()
     expect(page.locator("#sign-in-notice")).to_contain_text("Your account was deleted")
     expect(page.locator("#account-name")).to_have_text("")
-    assert page.evaluate("() => sessionStorage.getItem('agent-memory-token')") is None
+    # The erasure ended the browser's session too: the page, reloaded, asks who is there.
+    page.reload()
+    expect(page.get_by_label("Your name")).to_be_visible()
     assert memory_of(server, token)["user"]["entries"] == []
     assert conversations(server, token) == []
     assert memory_of(server, other_token)["user"]["entries"] == ["Stays."]

@@ -5,7 +5,6 @@ After either end, nothing of the previous person is left anywhere in the page.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, Route, expect
@@ -34,12 +33,7 @@ from tests.e2e.web import (
 )
 from tests.support.server import live_server
 from tests.support.tokens import (
-    OIDC_AUDIENCE,
-    OIDC_ISSUER,
-    JwksServer,
-    SigningKey,
     dev_token,
-    oidc_claims,
 )
 
 pytestmark = pytest.mark.browser
@@ -209,35 +203,3 @@ def test_a_second_user_sees_none_of_it(
         assert errors == []
     finally:
         other.close()
-
-
-def test_oidc_mode_signs_in_with_a_pasted_token(tmp_path: Path, page: Page, screen: str) -> None:
-    """In oidc mode the page asks for a token (no name field); a bad token is refused plainly on
-    the sign-in card, a good one opens the workspace."""
-    key = SigningKey.rsa("e2e-key")
-    with JwksServer([key]).running() as jwks:
-        settings = e2e_settings(
-            sqlite_file(tmp_path),
-            auth_mode="oidc",
-            auth_dev_secret=None,
-            auth_jwks_url=jwks.url,
-            auth_issuer=OIDC_ISSUER,
-            auth_audience=OIDC_AUDIENCE,
-        )
-        with live_server(create_app(settings)) as base:
-            page.goto(base)
-            expect(page.get_by_label("Access token")).to_be_focused()
-            expect(page.get_by_label("Your name")).to_be_hidden()
-
-            page.get_by_label("Access token").fill("not-a-token")
-            page.get_by_role("button", name="Use this token").click()
-            expect(page.locator("#sign-in-notice")).to_contain_text("This token was not accepted")
-            expect(page.locator("#workspace")).to_be_hidden()
-
-            page.get_by_label("Access token").fill(key.sign(oidc_claims("oidc-user")))
-            page.get_by_role("button", name="Use this token").click()
-            expect(page.locator("#account-name")).to_have_text("oidc-user")
-            expect(page.get_by_label("Access token")).to_have_value("")
-            expect(send(page, FACT)).to_have_attribute("data-state", "done")
-            settled(page, 1)
-            expect(user_entries(page)).to_have_count(1)

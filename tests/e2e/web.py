@@ -37,15 +37,16 @@ def is_phone(page: Page) -> bool:
 
 
 def sign_in(page: Page, base: str, name: str) -> str:
-    """Signs in with the dev form; the token the page keeps."""
+    """Signs in with the dev form (the server sets the session cookie); a dev Bearer token for
+    the same person, for the test's own API calls (the page holds no token)."""
     page.goto(base)
     page.get_by_label("Your name").fill(name)
     page.get_by_role("button", name="Sign in").click()
     expect(page.locator("#account-name")).to_have_text(name)
     expect(page.locator("body")).to_have_attribute("data-ready", "true")
-    token = page.evaluate("() => sessionStorage.getItem('agent-memory-token')")
-    assert isinstance(token, str)
-    return token
+    response = httpx.post(f"{base}/dev/token", json={"sub": name}, timeout=10)
+    response.raise_for_status()
+    return str(response.json()["access_token"])
 
 
 def send(page: Page, text: str) -> Locator:

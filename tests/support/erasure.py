@@ -7,17 +7,23 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
-from sqlalchemy import URL, Engine, inspect, make_url, text
+from sqlalchemy import URL, Engine, insert, inspect, make_url, text
 
 from app.conversations import repository as transcripts
-from app.db.schema import conversation_messages, owner_token, postgres_owner_lexeme
+from app.db.schema import (
+    conversation_messages,
+    owner_token,
+    postgres_owner_lexeme,
+    web_sessions,
+)
 from app.memory.projects import Scope
 from app.memory.provenance import Provenance
 from app.memory.rules import Operation
 from app.memory.service import MemoryService
+from app.sessions.keys import session_hash
 from tests.support.databases import MARIADB_ADMIN_URL
 
 # Needles are the tail of each planted value: FTS5 stores a term after the prefix it shares with
@@ -88,6 +94,21 @@ def _conversation(
     }
 
 
+def _browser_session(engine: Engine, subject: str) -> None:
+    """A signed-in browser of the person (its row names them; its tokens are encrypted)."""
+    now = datetime.now(UTC).replace(tzinfo=None)
+    with engine.begin() as connection:
+        connection.execute(
+            insert(web_sessions).values(
+                id_hash=session_hash(f"cookie-of-{subject}"),
+                subject=subject,
+                roles="[]",
+                created_at=now,
+                expires_at=now + timedelta(days=1),
+            )
+        )
+
+
 def plant(engine: Engine, subject: str) -> Planted:
     """Memory (both documents), history (also of an entry no longer in memory), a pending
     proposal, the save mode, two conversations with titles and messages (so the search index
@@ -152,6 +173,7 @@ def plant(engine: Engine, subject: str) -> Planted:
     planted.projects = {"project_name": project_name, "project_id": project.id}
     planted.deleted_conversation = {f"deleted_{key}": value for key, value in deleted.items()}
     planted.conversation_id = deleted["conversation_id"]
+    _browser_session(engine, subject)
     planted.identity = {
         "subject": subject,
         "fts_owner_token": owner_token(subject),

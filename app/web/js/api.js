@@ -1,8 +1,9 @@
-// The API client: bearer token, one error shape, and the end of a session on a 401.
+// The API client: the session cookie (with its CSRF token on writes), one error shape, and the
+// end of a session on a 401.
 //
 // The API answers every error as {"error": {"code", "message"}}; the client relies on that shape
 // and on nothing else. A client belongs to one signed-in person: closing it (sign-out, an expired
-// token) aborts everything it still has in flight, so no late answer can reach the next person.
+// session) aborts everything it still has in flight, so no late answer can reach the next person.
 
 export class ApiError extends Error {
   constructor(status, code, message, retryAfter = null, details = {}) {
@@ -68,8 +69,9 @@ async function jsonOrNull(response) {
 }
 
 export class ApiClient {
-  constructor(token, { onUnauthorized = () => {} } = {}) {
-    this.token = token;
+  // `csrfToken`: the session's, sent with every write (GET /auth/session hands it over).
+  constructor(csrfToken, { onUnauthorized = () => {} } = {}) {
+    this.csrfToken = csrfToken;
     this.onUnauthorized = onUnauthorized;
     this.controller = new AbortController();
   }
@@ -84,7 +86,8 @@ export class ApiClient {
 
   async fetch(path, { method = "GET", body, signal, accept = "application/json" } = {}) {
     if (this.closed) throw new SessionEnded();
-    const headers = { authorization: `Bearer ${this.token}`, accept };
+    const headers = { accept };
+    if (method !== "GET" && method !== "HEAD") headers["x-csrf-token"] = this.csrfToken;
     const init = { method, headers, signal: signal
       ? AbortSignal.any([this.controller.signal, signal]) : this.controller.signal };
     if (body !== undefined) {
@@ -126,14 +129,4 @@ export async function fetchInfo() {
     // The page still offers a sign-in; requests will say what is wrong.
   }
   return { auth_mode: "dev", offline: null, model: null, memory_enabled: null };
-}
-
-export async function issueDevToken(name) {
-  const response = await fetch("/dev/token", {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ sub: name }),
-  });
-  if (!response.ok) throw await errorFrom(response);
-  return (await response.json()).access_token;
 }

@@ -8,6 +8,7 @@
 import { describe, isSessionEnd } from "./api.js";
 import { confirmAction } from "./dialog.js";
 import { button, el } from "./dom.js";
+import { conversationPath } from "./router.js";
 import { dayGroup, fullWhen, parseTimestamp } from "./time.js";
 
 export class ConversationList {
@@ -91,7 +92,15 @@ export class ConversationList {
 
   item(conversation, when) {
     const title = conversation.title || "New conversation";
-    const open = button(title, () => this.onOpen(conversation.id), { className: "open" });
+    // A real link: "open in new tab", "copy link" and a middle click work; a plain click opens
+    // it in place.
+    const open = el("a", { className: "open", attrs: { href: conversationPath(conversation.id) } },
+      [el("span", { className: "label", text: title })]);
+    open.addEventListener("click", (event) => {
+      if (event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) return;
+      event.preventDefault();
+      if (!this.busy) this.onOpen(conversation.id);
+    });
     open.title = `${title}\n${fullWhen(when)}`;
     open.dataset.id = conversation.id;
     const remove = button("Delete", () => this.remove(conversation.id, title), {
@@ -118,6 +127,10 @@ export class ConversationList {
     this.busy = busy;
     for (const root of [this.container, this.projectRows.root]) {
       for (const control of root.querySelectorAll("button")) control.disabled = busy;
+      for (const link of root.querySelectorAll(".conversation a.open")) {
+        if (busy) link.setAttribute("aria-disabled", "true");
+        else link.removeAttribute("aria-disabled");
+      }
     }
   }
 

@@ -2,7 +2,7 @@
 // sign-out that leaves nothing of the previous person on the page.
 
 import { AccountDeletion } from "./account.js";
-import { ApiClient, describe, fetchInfo, issueDevToken } from "./api.js";
+import { ApiClient, describe, fetchInfo } from "./api.js";
 import { Composer } from "./chat/composer.js";
 import { Chat } from "./chat/chat.js";
 import { Follower } from "./chat/follow.js";
@@ -20,10 +20,20 @@ import { relabelTurns } from "./memory/status.js";
 import { Notice } from "./notice.js";
 import { projectParts } from "./project-parts.js";
 import { Router } from "./router.js";
-import { dropToken, keepToken, savedToken, subjectOf, takeTokenFromFragment } from "./session.js";
+import {
+  announce, currentSession, devSignIn, endSession, onAnnouncement, providerSignIn,
+} from "./session.js";
 
 const SESSION_ENDED = "Your session has ended. Please sign in again.";
 const ACCOUNT_DELETED = "Your account was deleted. Everything about you has been erased.";
+const SIGNED_OUT_ELSEWHERE = "You signed out in another tab.";
+// What the server's sign-in redirect reports in `?sign_in=` when it did not complete.
+const SIGN_IN_PROBLEMS = {
+  failed: "Sign-in did not complete. Please try again.",
+  unavailable: "The identity provider cannot be reached. Please try again in a moment.",
+};
+const NO_BROWSER_SIGN_IN = "This server has no browser sign-in configured (AUTH_CLIENT_ID). "
+  + "API clients use Bearer tokens.";
 
 let info = { auth_mode: "dev" };
 let client = null;
@@ -68,7 +78,7 @@ const title = new ChatTitle({
 // The project parts read the others from `parts`, filled in once the chat exists.
 const parts = {};
 const projects = projectParts(parts);
-const account = new AccountDeletion({ onDeleted: () => signOut(ACCOUNT_DELETED, "success") });
+const account = new AccountDeletion({ onDeleted: () => leave(ACCOUNT_DELETED, "success") });
 const conversations = new ConversationList({
   container: $("conversation-list"),
   empty: $("conversations-empty"),
@@ -144,16 +154,17 @@ function showSignIn(message = "", kind = "error") {
   $("sign-in").hidden = false;
   const oidc = info.auth_mode === "oidc";
   $("dev-sign-in").hidden = oidc;
-  $("token-sign-in").hidden = !oidc;
+  $("provider-sign-in").hidden = !oidc || !info.browser_sign_in;
+  if (oidc && !info.browser_sign_in && !message) [message, kind] = [NO_BROWSER_SIGN_IN, "status"];
   if (message) signInNotice.show(message, kind);
   else signInNotice.clear();
-  focusQuietly(oidc ? $("token-input") : $("dev-name"));
+  focusQuietly(oidc ? $("provider-sign-in-button") : $("dev-name"));
 }
 
-async function signIn(token) {
-  client = new ApiClient(token, { onUnauthorized: () => signOut(SESSION_ENDED) });
-  const subject = subjectOf(token) || "unknown user";
-  keepToken(token);
+// `session`: what GET /auth/session says (the cookie itself never reaches the page).
+async function signIn(session) {
+  client = new ApiClient(session.csrf_token, { onUnauthorized: () => signOut(SESSION_ENDED) });
+  const subject = session.subject;
   const { rows, projectPage, move } = projects;
   for (const part of [conversations, rows, projectPage, move, search, memory, chat, title]) part.attach(client);
   account.attach(client, subject);
@@ -170,7 +181,7 @@ async function signIn(token) {
   await Promise.all([conversations.load(), memory.load()]);
 }
 
-// Sign-out, or a 401 from an expired token: every request of the session is aborted and every
+// Sign-out, or a 401 from an ended session: every request of the session is aborted and every
 // trace of the person leaves the page (name, conversations, messages, memory, statuses, drafts).
 // An expired session keeps the address, so that signing in again returns there; signing out
 // leaves it too (the next person starts with a new chat).
@@ -180,7 +191,6 @@ function signOut(message = "", kind = "error") {
   title.reset();
   $("conversation-scroll").scrollTop = 0;
   client = null;
-  dropToken();
   closeDialogs();
   account.reset();
   chat.reset();
@@ -200,41 +210,60 @@ function signOut(message = "", kind = "error") {
   showSignIn(message, kind);
 }
 
+// The person signs out (or deleted their account): the page forgets them at once, the server
+// ends the session (so a copy of the cookie stops working), the other tabs are told, and with
+// an identity provider its end-session page follows.
+async function leave(message = "", kind = "error") {
+  const csrfToken = client ? client.csrfToken : "";
+  signOut(message, kind);
+  const target = await endSession(csrfToken);
+  announce("signed-out");
+  if (target) location.assign(target);
+}
+
+// Another tab signed in or out: the server's session decides what this tab shows.
+async function onOtherTab() {
+  let session = null;
+  try {
+    session = await currentSession();
+  } catch {
+    return; // unreachable now: this tab's next request will find out
+  }
+  const shown = $("account-name").textContent;
+  if (client && (!session || session.subject !== shown)) signOut(SIGNED_OUT_ELSEWHERE, "status");
+  if (!client && session) await signIn(session);
+}
+
 async function onDevSignIn(event) {
   event.preventDefault();
   const name = $("dev-name").value.trim();
   signInNotice.clear();
   try {
-    const token = await issueDevToken(name);
+    const session = await devSignIn(name);
     $("dev-name").value = "";
-    await signIn(token);
+    await signIn(session);
+    announce("signed-in");
   } catch (error) {
     signInNotice.show(`Could not sign in: ${describe(error)}`, "error");
   }
 }
 
-async function onTokenSignIn(event) {
-  event.preventDefault();
-  const token = $("token-input").value.trim();
-  signInNotice.clear();
-  // Tried before the workspace opens, so that a bad token is refused on the sign-in card.
-  const probe = new ApiClient(token, { onUnauthorized: () => {} });
-  try {
-    await probe.request("/v1/conversations");
-  } catch (error) {
-    const reason = error.name === "SessionEnded" ? "the server refused it" : describe(error);
-    signInNotice.show(`This token was not accepted: ${reason}.`, "error");
-    return;
-  }
-  $("token-input").value = "";
-  await signIn(token);
+// Where the server's sign-in redirect left a problem (`?sign_in=failed`): its words, once; the
+// address keeps only its path.
+function signInProblem() {
+  const params = new URLSearchParams(location.search);
+  const problem = params.get("sign_in");
+  if (problem === null) return "";
+  history.replaceState(null, "", location.pathname);
+  return SIGN_IN_PROBLEMS[problem] || SIGN_IN_PROBLEMS.failed;
 }
 
 function wire() {
   drawIcons();
   $("dev-sign-in").addEventListener("submit", onDevSignIn);
-  $("token-sign-in").addEventListener("submit", onTokenSignIn);
-  $("sign-out").addEventListener("click", () => signOut());
+  $("provider-sign-in-button").addEventListener("click", () => providerSignIn());
+  $("sign-out").addEventListener("click", () => leave());
+  onAnnouncement(() => onOtherTab());
   for (const id of ["new-conversation", "new-conversation-narrow"]) {
     $(id).addEventListener("click", () => chat.newConversation());
   }
@@ -254,12 +283,17 @@ function wire() {
 
 async function main() {
   wire();
-  takeTokenFromFragment();
+  let problem = signInProblem();
   info = await fetchInfo();
   showModelBadge();
-  const token = savedToken();
-  if (token) await signIn(token);
-  else showSignIn();
+  let session = null;
+  try {
+    session = await currentSession();
+  } catch (error) {
+    problem = `Could not reach the server: ${describe(error)}`;
+  }
+  if (session) await signIn(session);
+  else showSignIn(problem);
   document.body.dataset.ready = "true";
 }
 

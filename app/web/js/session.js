@@ -1,39 +1,60 @@
-// The signed-in person's token: where it is kept (this tab only) and what it says about them.
+// The signed-in person, as the server's session says: the page never holds a token. The session
+// lives in an HttpOnly cookie (the page cannot read it); the page keeps only what
+// `GET /auth/session` tells it: who is signed in and the CSRF token its writes carry.
+//
+// Tabs of one browser share the cookie, so they share the session: a tab that signs in or out
+// tells the others (BroadcastChannel), and each of them asks the server before it believes it.
 
-const TOKEN_KEY = "agent-memory-token";
+import { errorFrom } from "./api.js";
 
-export function savedToken() {
-  return sessionStorage.getItem(TOKEN_KEY);
+const CHANNEL = "agent-memory-session";
+const channel = typeof BroadcastChannel === "function" ? new BroadcastChannel(CHANNEL) : null;
+
+// The session the cookie names ({subject, roles, csrf_token, expires_at}), or null.
+export async function currentSession() {
+  const response = await fetch("/auth/session", { headers: { accept: "application/json" } });
+  if (response.status === 401 || response.status === 404) return null;
+  if (!response.ok) throw await errorFrom(response);
+  return response.json();
 }
 
-export function keepToken(token) {
-  sessionStorage.setItem(TOKEN_KEY, token);
+// Dev mode: the server signs the name in and sets the cookie.
+export async function devSignIn(name) {
+  const response = await fetch("/auth/dev/login", {
+    method: "POST",
+    headers: { "content-type": "application/json", accept: "application/json" },
+    body: JSON.stringify({ sub: name }),
+  });
+  if (!response.ok) throw await errorFrom(response);
+  return response.json();
 }
 
-export function dropToken() {
-  sessionStorage.removeItem(TOKEN_KEY);
+// oidc mode: the provider's sign-in page, coming back to `path`.
+export function providerSignIn(path = location.pathname) {
+  location.assign(`/auth/login?next=${encodeURIComponent(path)}`);
 }
 
-// A front proxy or an identity provider may hand the token in the URL fragment, which is never
-// sent to servers; it is moved to storage and removed from the address bar.
-export function takeTokenFromFragment() {
-  const params = new URLSearchParams(location.hash.slice(1));
-  const token = params.get("access_token");
-  if (token) {
-    keepToken(token);
-    history.replaceState(null, "", location.pathname + location.search);
-  }
-}
-
-// The token's `sub`, for display only: the server verifies the token, the page never does.
-export function subjectOf(token) {
+// Ends the session on the server (a copy of the cookie is worthless from now on); where to go
+// next: the provider's end-session page, or null to stay.
+export async function endSession(csrfToken) {
   try {
-    const payload = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
-    const padded = payload.padEnd(payload.length + ((4 - (payload.length % 4)) % 4), "=");
-    const claims = JSON.parse(new TextDecoder().decode(
-      Uint8Array.from(atob(padded), (character) => character.charCodeAt(0))));
-    return typeof claims.sub === "string" ? claims.sub : null;
+    const response = await fetch("/auth/logout", {
+      method: "POST",
+      headers: { accept: "application/json", "x-csrf-token": csrfToken || "" },
+    });
+    if (!response.ok) return null;
+    const { redirect_to: target } = await response.json();
+    return target && target !== "/" ? target : null;
   } catch {
-    return null;
+    return null; // offline: the page still forgets the person; the cookie ends with its lifetime
   }
+}
+
+export function announce(event) {
+  if (channel) channel.postMessage(event);
+}
+
+// `listener("signed-in" | "signed-out")` when another tab of this browser says so.
+export function onAnnouncement(listener) {
+  if (channel) channel.addEventListener("message", (message) => listener(message.data));
 }
