@@ -6,7 +6,7 @@ provider's refresh and ID tokens, encrypted. The downgrade drops it, which signs
 out (API clients with Bearer tokens are not affected).
 
 Revision ID: 0019
-Revises: 0012
+Revises: 0018
 Create Date: 2026-12-07
 """
 
@@ -18,7 +18,7 @@ from alembic import op
 from app.db.types import Identifier, document_text, precise_timestamp, short_text
 
 revision = "0019"
-down_revision = "0012"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
