@@ -32,6 +32,7 @@ class HeldTranscript(ConversationService):
         replaces: str | None = None,
         usage: TurnUsage | None = None,
         release: SlotRelease | None = None,
+        sources: str | None = None,
     ) -> bool:
         if role == "assistant":
             await self.gates.wait(GATE)
@@ -44,4 +45,5 @@ class HeldTranscript(ConversationService):
             replaces=replaces,
             usage=usage,
             release=release,
+            sources=sources,
         )
