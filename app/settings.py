@@ -331,6 +331,7 @@ class Settings(BaseSettings):
         ):
             raise ValueError("EMBEDDING_BASE_URL needs EMBEDDING_MODEL and EMBEDDING_DIMENSIONS")
         return self
+
     def _check_browser_sign_in(self) -> None:
         missing = [
             name
