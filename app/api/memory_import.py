@@ -15,7 +15,7 @@ from app.api.errors import error_responses
 from app.api.memory import memory_unavailable, require_writes
 from app.api.memory_history import proposal_view
 from app.api.project_scope import NO_PROJECT, ProjectQuery
-from app.cpu import off_loop
+from app.cpu import in_process
 from app.errors import Conflict, NotFound, ServiceUnavailable
 from app.memory.importing import MAX_IMPORT_CHARS, plan
 from app.memory.projects import ProjectNotFoundError
@@ -75,8 +75,8 @@ async def import_memory(
 ) -> dict[str, Any]:
     """With ?project_id=, project and environment facts are proposed for the project's document
     instead of the general one, and the proposal is the project's. Imports count against the
-    person's USER_IMPORTS_PER_MINUTE (429 with Retry-After beyond it); the plan runs off the
-    event loop."""
+    person's USER_IMPORTS_PER_MINUTE (429 with Retry-After beyond it); the plan runs in the
+    CPU worker process (app/cpu.py)."""
     require_writes(request, scope)
     register_sensitive(body.text)  # scrubbed from this request's telemetry
     limits = Limits(turns_per_minute=runtime.settings.user_imports_per_minute)
@@ -88,7 +88,7 @@ async def import_memory(
     except MemoryUnavailableError:
         logger.warning("memory.import_failed", error="MemoryUnavailableError")
         raise memory_unavailable() from None
-    result = await off_loop(plan, body.text, snapshot)
+    result = await in_process(plan, body.text, snapshot)
     dropped = [{"text": item.text, "reason": item.reason} for item in result.dropped]
     if not result.entries:
         logger.info("memory.import_planned", entries=0, dropped=len(dropped))

@@ -180,7 +180,10 @@ CASES: tuple[Case, ...] = (
 
 
 async def _prepare(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> None:
-    """Long messages for search to snippet: words that start no query word, then one that does."""
+    """Long messages for search to snippet (words that start no query word, then one that
+    does); one small import, which starts the service's CPU worker process (once per process:
+    a start-up cost, not a request's)."""
+    await _import(client, url, headers, "- Likes tea.")
     for _ in range(3):
         message = ("é " * (MESSAGE_CHARS // 2))[: MESSAGE_CHARS - 2] + " l"
         (await client.post(f"{url}/v1/chat", json={"message": message}, headers=headers)).read()
