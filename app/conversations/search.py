@@ -223,34 +223,31 @@ def _postgres(
         .cte("candidates")
     )
     part_queries = [_config_query(f"ts_part_{index}") for index in range(parts)]
-    stats = select(
-        func.avg(func.length(candidates.c.vector)).label("avgdl"),
-        *(
-            func.count()
-            .filter(candidates.c.vector.op("@@", is_comparison=True)(query))
-            .label(f"df_{index}")
-            for index, query in enumerate(part_queries)
-        ),
-    ).subquery("stats")
     # The owner's messages in the same scope: BM25's N, so a word's rarity is the owner's.
+    # Every statistic is a scalar subquery (run once, before the ranking) over the two CTEs
+    # (each computed once): as joined subqueries the planner re-ran them for every match.
     total = (
         select(func.count().label("n"))
         .select_from(_joined())
         .where(*_owned(exclude_turn=False, project_mode=project_mode))
-        .subquery("total")
+        .cte("total")
     )
+    average = select(func.greatest(func.avg(func.length(candidates.c.vector)), 1))
     ones: ColumnElement[Any] = literal_column("'{1,1,1,1}'::float4[]")
-    norm = K1 * (1 - B + B * func.length(candidates.c.vector) / func.greatest(stats.c.avgdl, 1))
+    norm = K1 * (1 - B + B * func.length(candidates.c.vector) / average.scalar_subquery())
     score: Score = literal(0.0)
-    for index, query in enumerate(part_queries):
+    for query in part_queries:
+        df = func.count().filter(candidates.c.vector.op("@@", is_comparison=True)(query))
+        idf = (
+            select(func.ln(1 + (func.max(total.c.n) - df + 0.5) / (df + 0.5)))
+            .select_from(candidates.join(total, true()))
+            .scalar_subquery()
+        )
         tf = func.ts_rank_cd(ones, candidates.c.vector, query)
-        df = stats.c[f"df_{index}"]
-        idf = func.ln(1 + (total.c.n - df + 0.5) / (df + 0.5))
         score = score + idf * tf * (K1 + 1) / (tf + norm)
     rank = score.label("rank")
     best = (
         select(candidates.c.id, rank)
-        .select_from(candidates.join(stats, true()).join(total, true()))
         .order_by(rank.desc(), candidates.c.id.desc())
         .limit(limit)
         .subquery("best")

@@ -143,7 +143,13 @@ def build_server(runtime: Runtime, targets: tuple[Target, ...]) -> MCPServer:
     memory_update.__annotations__["operations"] = Annotated[Any, WithJsonSchema(published)]
 
     async def conversation_search(
-        query: Annotated[str, Field(max_length=MAX_QUERY_CHARS, description="Words to look for.")],
+        query: Annotated[
+            str,
+            Field(
+                max_length=MAX_QUERY_CHARS,
+                description='Words: any may match, best first; "quoted words" as a phrase.',
+            ),
+        ],
         ctx: Context,
         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="How many results.")] = (
             DEFAULT_LIMIT

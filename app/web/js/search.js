@@ -1,6 +1,5 @@
 // The search box over the conversation list: the signed-in person's messages that match, best
-// first (the route's ranking: any word may match, the word being typed as a prefix), each with
-// its conversation's title, the message's date and a snippet; choosing one opens the conversation
+// first, each with its conversation's title and a snippet; choosing one opens the conversation
 // at that message. While a query is typed the results replace the list; clearing it brings the
 // list back. In a project (its page, or one of its conversations) the search reads that
 // project's conversations by default, as the placeholder says; the results offer the rest.
@@ -11,7 +10,6 @@
 
 import { describe, isSessionEnd } from "./api.js";
 import { button, el } from "./dom.js";
-import { timeElement } from "./time.js";
 
 const DEBOUNCE_MS = 250;
 const LIMIT = 20;
@@ -71,9 +69,7 @@ export class ConversationSearch {
   }
 
   async run() {
-    // Only leading space is cut: a space after the last word says the word is whole (the route
-    // reads a last word with nothing after it as a prefix still being typed).
-    const query = this.input.value.trim() ? this.input.value.trimStart() : "";
+    const query = this.input.value.trim();
     const ticket = ++this.ticket;
     if (!query || !this.client) {
       this.showing(false);
@@ -116,7 +112,6 @@ export class ConversationSearch {
     const items = results.map((hit) => {
       const open = el("button", { className: "open search-hit", attrs: { type: "button" } }, [
         el("span", { className: "search-title", text: hit.title || "New conversation" }),
-        el("span", { className: "search-date" }, [timeElement(hit.created_at)]),
         el("span", { className: "search-snippet" }, snippetNodes(hit.snippet)),
       ]);
       open.dataset.id = hit.conversation_id;
