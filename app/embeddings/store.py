@@ -285,25 +285,33 @@ def abandon(connection: Connection, token: str, held: Sequence[Job]) -> None:
 # -- the nearest of one owner's ---------------------------------------------------------------
 
 
-def _owned(
-    user_id: str, model: str, dimensions: int, project: str | None, exclude: str | None
-) -> tuple[Any, ColumnElement[bool]]:
+def _owned(user_id: str, model: str, dimensions: int, project: str | None) -> ColumnElement[bool]:
+    """The owner's vectors of `model`, read by their owner index (the owner was copied from the
+    conversation when the message was queued; a conversation never changes owner). A project
+    narrows them to its conversations' messages (a conversation can move between projects)."""
     conditions: list[Any] = [
         vectors.c.user_id == user_id,
         vectors.c.model == model,
         vectors.c.dimensions == dimensions,
-        conversations.c.user_id == user_id,
     ]
-    if project is None:
-        conditions.append(conversations.c.project_id.is_(None))
-    elif project != ANY_PROJECT:
-        conditions.append(conversations.c.project_id == project)
-    if exclude is not None:
-        conditions.append(messages.c.turn_id != exclude)
-    joined = vectors.join(messages, messages.c.id == vectors.c.message_id).join(
-        conversations, conversations.c.id == messages.c.conversation_id
-    )
-    return joined, and_(*conditions)
+    if project != ANY_PROJECT:
+        in_project = (
+            conversations.c.project_id.is_(None)
+            if project is None
+            else conversations.c.project_id == project
+        )
+        owned_conversations = select(conversations.c.id).where(
+            conversations.c.user_id == user_id, in_project
+        )
+        conditions.append(
+            vectors.c.message_id.in_(
+                select(messages.c.id).where(messages.c.conversation_id.in_(owned_conversations))
+            )
+        )
+    return and_(*conditions)
+
+
+EXCLUDED_ROOM = 4  # a turn has at most a few messages stored while it searches
 
 
 def nearest(
@@ -319,16 +327,35 @@ def nearest(
     iterative: bool = False,
 ) -> list[tuple[int, float]]:
     """The owner's `limit` messages whose vectors (of `model`) are nearest to `query`, as
-    (message id, cosine similarity), nearest first."""
+    (message id, cosine similarity), nearest first; `exclude_turn_id`'s messages left out."""
     dimensions = int(query.shape[0])
-    joined, owned = _owned(user_id, model, dimensions, project, exclude_turn_id)
+    owned = _owned(user_id, model, dimensions, project)
+    wanted = limit + (EXCLUDED_ROOM if exclude_turn_id is not None else 0)
     if store == "pgvector":
-        return _pgvector_nearest(connection, joined, owned, query, limit, iterative)
-    owners_vectors = select(vectors.c.message_id, vectors.c.vector).select_from(joined)
-    rows = connection.execute(owners_vectors.where(owned)).all()
+        found = _pgvector_nearest(connection, owned, query, wanted, iterative)
+    else:
+        found = _numpy_nearest(connection, owned, query, wanted)
+    if exclude_turn_id is not None and found:
+        excluded = set(
+            connection.execute(
+                select(messages.c.id).where(
+                    messages.c.id.in_([message_id for message_id, _score in found]),
+                    messages.c.turn_id == exclude_turn_id,
+                )
+            ).scalars()
+        )
+        found = [pair for pair in found if pair[0] not in excluded]
+    return found[:limit]
+
+
+def _numpy_nearest(
+    connection: Connection, owned: ColumnElement[bool], query: Vector, limit: int
+) -> list[tuple[int, float]]:
+    """Every one of the owner's vectors read and compared here (one matrix product)."""
+    rows = connection.execute(select(vectors.c.message_id, vectors.c.vector).where(owned)).all()
     if not rows:
         return []
-    matrix = from_rows([row[1] for row in rows], dimensions)
+    matrix = from_rows([row[1] for row in rows], int(query.shape[0]))
     scores = matrix @ query
     count = min(limit, len(rows))
     best = np.argpartition(-scores, count - 1)[:count]
@@ -350,7 +377,6 @@ class PgVector(UserDefinedType[str]):
 
 def _pgvector_nearest(
     connection: Connection,
-    joined: Any,
     owned: ColumnElement[bool],
     query: Vector,
     limit: int,
@@ -368,7 +394,6 @@ def _pgvector_nearest(
     order = distance if iterative else distance + literal_column("0")
     statement = (
         select(vectors.c.message_id, distance.label("distance"))
-        .select_from(joined)
         .where(owned)
         .order_by(order)
         .limit(limit)
