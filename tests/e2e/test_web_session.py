@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Page, Route, expect
+from playwright.sync_api import Browser, BrowserContext, Page, Route, expect
 
 from app.main import create_app
 from tests.e2e.conftest import (
@@ -203,3 +203,34 @@ def test_a_second_user_sees_none_of_it(
         assert errors == []
     finally:
         other.close()
+
+
+@pytest.mark.parametrize("screen", ["desktop"], indirect=True)
+def test_dev_sign_in_is_a_cookie_every_tab_shares_and_sign_out_reaches_them_all(
+    scripted: tuple[str, ScriptedWebModel], context: BrowserContext, page: Page, screen: str
+) -> None:
+    """Dev mode's name-only sign-in sets the same HttpOnly session cookie as the provider's: a
+    reload and a second tab are signed in without asking, no token is in the page's storage, and
+    sign-out in one tab shows the sign-in card in the other and ends the session on the server."""
+    base, _model = scripted
+    name = f"tabs-{screen}"
+    sign_in(page, base, name)
+    held = "() => [sessionStorage.length, document.cookie, JSON.stringify({...localStorage})]"
+    assert page.evaluate(held)[:2] == [0, ""]
+    assert "eyJ" not in page.evaluate(held)[2]  # no JWT anywhere a script can read
+    page.reload()
+    expect(page.locator("#account-name")).to_have_text(name)
+    other = context.new_page()
+    errors = guard(other)
+    other.goto(base)
+    expect(other.locator("#account-name")).to_have_text(name)
+    copied = context.cookies()
+
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.locator("#sign-in")).to_be_visible()
+    expect(other.locator("#sign-in")).to_be_visible()
+    expect(other.locator("#sign-in-notice")).to_contain_text("You signed out in another tab.")
+    expect(other.locator("#account-name")).to_have_text("")
+    context.add_cookies(copied)  # type: ignore[arg-type]
+    assert context.request.get(f"{base}/v1/memory").status == 401
+    assert errors == []
