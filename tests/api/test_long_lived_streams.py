@@ -73,7 +73,7 @@ def test_mcp_serves_post_only(plain: str, method: str, authorized: bool) -> None
     headers = {"Accept": "text/event-stream, application/json"}
     if authorized:
         headers |= dev_auth("mcp-get")
-    with httpx.Client(timeout=10) as client:
+    with httpx.Client(timeout=ENDS_WITHIN) as client:
         answer = client.request(method, f"{plain}/mcp", headers=headers)
     assert answer.status_code == 405, answer.text
     assert answer.headers["allow"] == "POST"
