@@ -50,6 +50,9 @@ ID_COLUMNS = {
     ("amem_conversations", "project_id"): 36,
     ("amem_memory_changes", "project_id"): 36,
     ("amem_memory_proposals", "project_id"): 36,
+    # Remember-until (revision 0017): the owner, and the document ('user', 'memory', a project).
+    ("amem_memory_expiries", "user_id"): 128,
+    ("amem_memory_expiries", "document"): 36,
 }
 # Ids that may be absent: who set a flag, a change's or proposal's turn, conversation, undo,
 # and the turn that superseded a message.

@@ -196,3 +196,42 @@ def test_the_offline_model_reads_the_last_day_of_a_time_bound_fact(
 ) -> None:
     found = until_date(phrase, NOW.date())
     assert (found.isoformat() if found else None) == expected
+
+
+OPERATION = st.builds(
+    lambda action, text, other, offset: Operation(
+        "memory",
+        action,
+        match=None if action == "add" else other,
+        content=None if action == "remove" else text,
+        until=None if offset is None else NOW + timedelta(days=offset),
+        sets_until=action != "remove" and offset is not None,
+    ),
+    st.sampled_from(["add", "replace", "remove"]),
+    ENTRY,
+    ENTRY,
+    st.one_of(st.none(), st.integers(1, 30)),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=st.lists(st.lists(OPERATION, min_size=1, max_size=4), max_size=6))
+def test_expiries_only_ever_name_entries_of_their_document_and_take_no_room(
+    batches: list[list[Operation]],
+) -> None:
+    """Whatever batches apply (refused ones change nothing): every expiry names an entry the
+    document holds, the characters are the document's alone, and an entry written with an
+    `until` carries exactly that expiry."""
+    snapshot = Snapshot()
+    for batch in batches:
+        try:
+            updated, changes = resolve_operations(snapshot, batch)
+        except MemoryValidationError:
+            continue
+        snapshot = updated
+        assert all(entry in snapshot.memory for _, entry, _ in snapshot.expiries)
+        assert snapshot.characters("memory") == len(SEPARATOR.join(snapshot.memory))
+        last = {c.after: c.until_after for c in changes if c.after is not None}
+        for entry, at in last.items():
+            if entry in snapshot.memory:
+                assert snapshot.expiry("memory", entry) == at
