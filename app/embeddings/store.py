@@ -36,7 +36,6 @@ from sqlalchemy import (
     literal_column,
     select,
     text,
-    true,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as postgres_insert
@@ -63,10 +62,10 @@ LOOKBACK_IDS = 1_000
 
 def embeddable() -> ColumnElement[bool]:
     """The one place that decides which messages are embedded (and so searched semantically):
-    every message of a kept conversation. Temporary conversations, which must never be embedded,
-    are excluded here (e.g. `conversations.c.temporary.is_(False)`): discovery, backfill and
-    re-embedding all read this predicate, and `claim` reads it again before embedding."""
-    return true()
+    every message of a kept conversation, never one of a temporary chat (docs/privacy.md).
+    Discovery, backfill and re-embedding all read this predicate over messages joined to their
+    conversation, and `claim` reads it again before embedding."""
+    return conversations.c.temporary.is_(False)
 
 
 def backend(connection: Connection) -> Backend:
