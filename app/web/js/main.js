@@ -105,7 +105,7 @@ const chat = new Chat({
   onTitle: (text, id) => title.show(text, id),
   onPlace: () => projects.showPlace(),
   notice: chatNotice,
-  onNavigate: () => drawers.close({ restoreFocus: false }),
+  onNavigate: (began) => drawers.close({ restoreFocus: false, openedBefore: began }),
   onStreaming: (streaming) => {
     for (const id of ["new-conversation", "new-conversation-narrow"]) $(id).disabled = streaming;
   },

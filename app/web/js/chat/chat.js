@@ -66,8 +66,10 @@ export class Chat {
   }
 
   // `hit` (a search result: role and created_at of one message) opens the conversation there.
+  // onNavigate gets the time the opening began: a drawer opened since stays open.
   async open(id, hit = null, { fromAddress = false } = {}) {
     if (this.turn) return;
+    const began = performance.now();
     const ticket = ++this.opening;
     if (!fromAddress) this.router.show(id);
     let conversation;
@@ -81,7 +83,7 @@ export class Chat {
         this.place(null, null);
         this.onTitle(null);
         this.view.showNotFound(() => this.newConversation());
-        this.onNavigate();
+        this.onNavigate(began);
       } else {
         this.notice.show(`Could not open the conversation: ${describe(error)}`, "error");
       }
@@ -98,7 +100,7 @@ export class Chat {
       this.view.reveal(conversation.messages.findIndex(
         (message) => message.role === hit.role && message.created_at === hit.created_at));
     }
-    this.onNavigate();
+    this.onNavigate(began);
     this.composer.focus();
   }
 

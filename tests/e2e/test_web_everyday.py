@@ -1,0 +1,152 @@
+"""The web client in daily use (issue 54), in Debian's Chromium at 390, 900 and 1280 px, light
+and dark: replaced answers keep their place and offer their versions after a reload, a tap right
+after a reload is never lost, headers and dialogs keep their labels and buttons in view, a
+refused message stays with the person, and a memory entry's edit saves on Enter and survives a
+re-render.
+
+One server for the module; each test runs at the three widths, the colour scheme alternating.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, Route, expect
+
+from tests.e2e.conftest import viewed_page, views
+from tests.e2e.web import is_phone, open_memory, send, settled, sign_in
+
+pytestmark = pytest.mark.browser
+
+LIGHT_FIRST = views("light", "dark", "light")
+DARK_FIRST = views("dark", "light", "dark")
+
+
+@pytest.fixture
+def page(browser: Browser, view: tuple[str, str]) -> Iterator[Page]:
+    yield from viewed_page(browser, view)
+
+
+def name_for(view: tuple[str, str], who: str) -> str:
+    return f"{who}-{view[0]}-{view[1]}"
+
+
+TOP_LEVEL = """list => [...list.children].map((item) => item.classList.contains('earlier-versions')
+    ? 'fold:' + [...item.querySelectorAll(':scope > details > ol > li')]
+        .map((inner) => (inner.classList.contains('user') ? 'user' : 'answer')).join('+')
+    : (item.classList.contains('user') ? 'user:' : 'answer:')
+        + item.querySelector('.content').textContent.slice(0, 40))"""
+
+
+def top_level(page: Page) -> list[str]:
+    order: list[str] = page.locator("#messages").evaluate(TOP_LEVEL)
+    return order
+
+
+# -- 2. replaced answers after a reload -------------------------------------------------------
+
+
+@pytest.mark.parametrize("view", LIGHT_FIRST, indirect=True)
+def test_replaced_versions_keep_their_place_and_switch_after_a_reload(
+    server: str, page: Page, view: tuple[str, str]
+) -> None:
+    """Two regenerations and an edit: after a reload every earlier version sits where it sat
+    live (just above the version that replaced it, the latest answer last); the regenerated
+    answer offers `< 3/3 >`, whose Previous shows the replaced answers' text in its place."""
+    sign_in(page, server, name_for(view, "versions"))
+    send(page, "Tell me about Lisbon")
+    settled(page, 1)
+    send(page, "And about its trams?")
+    settled(page, 2)
+    page.locator("#messages > li.assistant").last.get_by_role(
+        "button", name="Regenerate answer"
+    ).click()
+    settled(page, 3)
+    page.locator("#messages > li.assistant").last.get_by_role(
+        "button", name="Regenerate answer"
+    ).click()
+    settled(page, 4)
+    latest = page.locator("#messages > li.assistant").last
+    switcher = latest.get_by_role("group", name="Versions of this answer")
+    expect(switcher.locator(".version-count")).to_have_text("3/3")
+    live = top_level(page)
+    assert [item.split(":")[0] for item in live] == [
+        "user",
+        "answer",
+        "fold",
+        "fold",
+        "user",
+        "answer",
+    ], live
+
+    page.reload()
+    expect(page.locator("body")).to_have_attribute("data-ready", "true")
+    expect(page.locator("#messages > li.assistant")).to_have_count(2)
+    assert top_level(page) == live
+    expect(switcher.locator(".version-count")).to_have_text("3/3")
+    earlier = page.locator("#messages > .earlier-versions li.assistant .content")
+    first_text, second_text = earlier.all_text_contents()
+    current_text = latest.locator(".content").text_content()
+    switcher.get_by_role("button", name="Previous version").click()
+    expect(switcher.locator(".version-count")).to_have_text("2/3")
+    expect(latest.locator(".content")).to_have_text(second_text)
+    expect(latest).to_have_class(re.compile(r"\bshowing-earlier\b"))
+    switcher.get_by_role("button", name="Previous version").click()
+    expect(switcher.locator(".version-count")).to_have_text("1/3")
+    expect(latest.locator(".content")).to_have_text(first_text)
+    expect(switcher.get_by_role("button", name="Previous version")).to_be_disabled()
+    switcher.get_by_role("button", name="Next version").click()
+    switcher.get_by_role("button", name="Next version").click()
+    expect(switcher.locator(".version-count")).to_have_text("3/3")
+    expect(latest.locator(".content")).to_have_text(current_text or "")
+    expect(latest).not_to_have_class(re.compile(r"\bshowing-earlier\b"))
+
+    # An edit of the first message folds everything from it on; after a reload too.
+    page.locator("#messages > li.user").first.get_by_role("button", name="Edit message").click()
+    page.get_by_label("Edit your message").fill("Tell me about Porto")
+    page.get_by_role("button", name="Send", exact=True).first.click()
+    settled(page, 1)  # the count starts again with the reload
+    live = top_level(page)
+    page.reload()
+    expect(page.locator("#messages > li.assistant")).to_have_count(1)
+    assert top_level(page) == live
+    assert live[-2:] == ["user:Tell me about Porto", live[-1]] and live[-1].startswith("answer:")
+
+
+# -- 12. a tap right after a reload ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("view", DARK_FIRST, indirect=True)
+def test_a_drawer_opened_while_the_addressed_conversation_loads_stays_open(
+    server: str, page: Page, view: tuple[str, str]
+) -> None:
+    """A reload opens the conversation its address names; a drawer (or, wide, the memory
+    panel) the person opens while that conversation is still loading stays open when it
+    arrives: the late arrival does not close what the person just opened."""
+    sign_in(page, server, name_for(view, "tap"))
+    send(page, "Tell me about Lisbon")
+    settled(page, 1)
+    held: list[Route] = []
+    released = False
+
+    def hold(route: Route) -> None:
+        if released:
+            route.continue_()
+        else:
+            held.append(route)
+
+    page.route(re.compile(r".*/v1/conversations/[0-9a-f-]{36}$"), hold)
+    page.reload()
+    expect(page.locator("body")).to_have_attribute("data-ready", "true")
+    open_memory(page)
+    assert held, "the conversation's request was not held"
+    released = True
+    for route in held:
+        route.continue_()
+    expect(page.locator("#messages > li.assistant")).to_have_count(1)
+    expect(page.locator("#memory")).to_be_visible()
+    expect(page.locator("#workspace")).to_have_attribute("data-memory", "open")
+    if is_phone(page):
+        expect(page.locator("#scrim")).to_be_visible()
