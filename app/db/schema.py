@@ -25,6 +25,7 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Table,
+    false,
     func,
 )
 
@@ -75,9 +76,13 @@ conversations = Table(
     Column("updated_at", precise_timestamp(), nullable=False),
     # The project the conversation belongs to (revision 0012); NULL outside projects.
     Column("project_id", Identifier(ID_CHARS), nullable=True),
+    # Listed first / left out of the list unless asked for (revision 0020).
+    Column("pinned", Boolean, nullable=False, server_default=false()),
+    Column("archived", Boolean, nullable=False, server_default=false()),
     PrimaryKeyConstraint("id", name=f"pk_{PREFIX}conversations"),
     Index(f"ix_{PREFIX}conversations_user_updated", "user_id", "updated_at"),
     Index(f"ix_{PREFIX}conversations_project", "project_id", "updated_at"),
+    Index(f"ix_{PREFIX}conversations_user_listed", "user_id", "archived", "pinned", "updated_at"),
     **MYSQL_OPTIONS,
 )
 
