@@ -20,6 +20,8 @@ import { Notice } from "./notice.js";
 import { projectParts } from "./project-parts.js";
 import { Router } from "./router.js";
 import { dropToken, keepToken, savedToken, subjectOf, takeTokenFromFragment } from "./session.js";
+import { MOD, wireShortcuts } from "./shortcuts.js";
+import { wireTheme } from "./theme.js";
 
 const SESSION_ENDED = "Your session has ended. Please sign in again.";
 const ACCOUNT_DELETED = "Your account was deleted. Everything about you has been erased.";
@@ -76,6 +78,8 @@ const conversations = new ConversationList({
   onDeleted: (id) => chat.deleted(id),
   onError: (text) => chatNotice.show(text, "error"),
   onLoaded: () => projects.showPlace(),
+  more: $("conversations-more"),
+  archiveToggle: $("show-archived"),
 });
 const search = new ConversationSearch({
   form: $("conversation-search"),
@@ -221,14 +225,32 @@ async function onTokenSignIn(event) {
   await signIn(token);
 }
 
+// Ctrl/⌘+K: the search box (in its drawer on a narrow screen).
+function focusSearch() {
+  if (!client) return;
+  if (drawers.narrow && drawers.open !== "conversations") drawers.show("conversations");
+  focusQuietly($("conversation-search-input"));
+  $("conversation-search-input").select();
+}
+
 function wire() {
   drawIcons();
+  wireTheme($("theme-select"));
+  wireShortcuts({
+    newChat: () => { if (client) chat.newConversation(); },
+    search: focusSearch,
+    dialog: $("shortcuts-dialog"),
+    opener: $("show-shortcuts"),
+    closer: $("shortcuts-close"),
+  });
   $("dev-sign-in").addEventListener("submit", onDevSignIn);
   $("token-sign-in").addEventListener("submit", onTokenSignIn);
   $("sign-out").addEventListener("click", () => signOut());
   for (const id of ["new-conversation", "new-conversation-narrow"]) {
     $(id).addEventListener("click", () => chat.newConversation());
+    $(id).title = `New chat (${MOD}+Shift+O)`;
   }
+  $("conversation-search-input").title = `Search conversations (${MOD}+K)`;
   // Links to a conversation inside the page (a memory entry's origin) open it in place.
   // So do links to a project's page (the header's project).
   document.addEventListener("click", (event) => {
