@@ -16,7 +16,16 @@ import pytest
 from playwright.sync_api import Browser, Page, Route, expect
 
 from tests.e2e.conftest import viewed_page, views
-from tests.e2e.web import is_phone, open_memory, send, settled, sign_in
+from tests.e2e.web import (
+    inside_viewport,
+    is_phone,
+    open_memory,
+    reachable,
+    scrolls_on_its_own,
+    send,
+    settled,
+    sign_in,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -150,3 +159,51 @@ def test_a_drawer_opened_while_the_addressed_conversation_loads_stays_open(
     expect(page.locator("#workspace")).to_have_attribute("data-memory", "open")
     if is_phone(page):
         expect(page.locator("#scrim")).to_be_visible()
+
+
+# -- 6. the import dialog and the address after deleting the account ----------------------------
+
+LONG_PASTE = "\n".join(
+    f"- You keep a note about topic number {number}, which matters to your work."
+    for number in range(40)
+)
+
+
+@pytest.mark.parametrize("view", LIGHT_FIRST, indirect=True)
+def test_a_long_import_preview_scrolls_and_its_buttons_stay_in_view(
+    server: str, page: Page, view: tuple[str, str]
+) -> None:
+    """However long the preview, it scrolls inside the dialog and Cancel and "Add to memory"
+    stay within the window, where a click lands on them."""
+    sign_in(page, server, name_for(view, "import"))
+    open_memory(page)
+    page.get_by_role("button", name="Import from another assistant").click()
+    dialog = page.get_by_role("dialog", name="Import from another assistant")
+    dialog.get_by_label("What the other assistant remembers").fill(LONG_PASTE)
+    dialog.get_by_role("button", name="Preview").click()
+    add = dialog.get_by_role("button", name="Add to memory")
+    expect(add).to_be_visible()
+    assert scrolls_on_its_own(page.locator("#import-result"))
+    for button in (add, dialog.get_by_role("button", name="Cancel")):
+        assert inside_viewport(page, button), button
+        assert reachable(button), button
+
+
+@pytest.mark.parametrize("view", DARK_FIRST, indirect=True)
+def test_after_deleting_the_account_the_address_is_the_start_page(
+    server: str, page: Page, view: tuple[str, str]
+) -> None:
+    """The account is deleted from inside a conversation: the page signs out and its address
+    no longer names the deleted conversation."""
+    name = name_for(view, "erased")
+    sign_in(page, server, name)
+    send(page, "Tell me about Lisbon")
+    settled(page, 1)
+    expect(page).to_have_url(re.compile(r"/c/[0-9a-f-]{36}$"))
+    open_memory(page)
+    page.get_by_role("button", name="Delete my account").click()
+    dialog = page.locator("#delete-account-dialog")
+    dialog.get_by_label("to confirm").fill(name)
+    dialog.get_by_role("button", name="Delete my account").click()
+    expect(page.locator("#sign-in-notice")).to_contain_text("Your account was deleted")
+    assert page.evaluate("() => location.pathname + location.search + location.hash") == "/"

@@ -69,7 +69,11 @@ const title = new ChatTitle({
 // The project parts read the others from `parts`, filled in once the chat exists.
 const parts = {};
 const projects = projectParts(parts);
-const account = new AccountDeletion({ onDeleted: () => signOut(ACCOUNT_DELETED, "success") });
+// The deleted account's conversation is gone: the address goes back to the start page.
+const account = new AccountDeletion({ onDeleted: () => {
+  router.show(null, { replace: true });
+  signOut(ACCOUNT_DELETED, "success");
+} });
 const conversations = new ConversationList({
   container: $("conversation-list"),
   empty: $("conversations-empty"),
