@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, Route, expect
 
 from tests.e2e.conftest import viewed_page, views
 from tests.e2e.web import (
+    add_entries,
     inside_viewport,
     is_phone,
     open_memory,
@@ -25,6 +27,7 @@ from tests.e2e.web import (
     send,
     settled,
     sign_in,
+    user_entries,
 )
 
 pytestmark = pytest.mark.browser
@@ -207,3 +210,60 @@ def test_after_deleting_the_account_the_address_is_the_start_page(
     dialog.get_by_role("button", name="Delete my account").click()
     expect(page.locator("#sign-in-notice")).to_contain_text("Your account was deleted")
     assert page.evaluate("() => location.pathname + location.search + location.hash") == "/"
+
+
+# -- 5. editing a memory entry -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("view", LIGHT_FIRST, indirect=True)
+def test_a_memory_edit_saves_on_enter_and_survives_a_re_render(
+    server: str, page: Page, view: tuple[str, str]
+) -> None:
+    """In an entry's editor Shift+Enter starts a new line and Enter saves; an unsaved edit
+    stays open with its text when the panel re-renders (a refresh), and when its entry was
+    removed meanwhile it stays too, saying that Save adds it as a new entry."""
+    token = sign_in(page, server, name_for(view, "entry"))
+    add_entries(server, token, "user", ["Works at night", "Lives in Lisbon"])
+    open_memory(page)
+    page.get_by_role("button", name="Refresh memory").click()
+    expect(user_entries(page)).to_have_text(["Works at night", "Lives in Lisbon"])
+
+    page.get_by_role("button", name="Edit: Works at night").click()
+    editor = page.get_by_label("Edit entry in “About you”")
+    editor.fill("Works early")
+    editor.press("Shift+Enter")
+    expect(editor).to_have_value("Works early\n")
+    editor.press("Backspace")
+    editor.press_sequentially(" mornings")
+    editor.press("Enter")
+    expect(user_entries(page)).to_have_text(["Works early mornings", "Lives in Lisbon"])
+    expect(editor).to_have_count(0)
+
+    page.get_by_role("button", name="Edit: Lives in Lisbon").click()
+    editor.fill("Lives in Porto since May")
+    with page.expect_response(re.compile(r"/v1/memory(\?.*)?$")):
+        page.get_by_role("button", name="Refresh memory").click()
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => done()))")
+    expect(editor).to_have_value("Lives in Porto since May")
+
+    add_entries(server, token, "user", ["Likes trams"])
+    httpx_remove(server, token, "Lives in Lisbon")
+    page.get_by_role("button", name="Refresh memory").click()
+    expect(user_entries(page)).to_have_text(["Works early mornings", "Likes trams"])
+    expect(editor).to_have_value("Lives in Porto since May")
+    expect(page.locator("#doc-user-entries .edit-gone")).to_contain_text("adds your text")
+    editor.press("Enter")
+    expect(user_entries(page)).to_have_text(
+        ["Works early mornings", "Likes trams", "Lives in Porto since May"]
+    )
+    expect(editor).to_have_count(0)
+
+
+def httpx_remove(base: str, token: str, entry: str) -> None:
+    """Removes an entry through the API, as another tab would."""
+    httpx.post(
+        f"{base}/v1/memory/operations",
+        json={"operations": [{"target": "user", "action": "remove", "match": entry}]},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    ).raise_for_status()
