@@ -4,6 +4,7 @@
 // memory panel follows that place.
 
 import { ApiError, describe, isSessionEnd } from "../api.js";
+import { Refusal } from "./refusal.js";
 import { Turn } from "./turn.js";
 
 export class Chat {
@@ -26,6 +27,7 @@ export class Chat {
     this.projectId = null; // the place's project (null: outside projects)
     this.turn = null;
     this.opening = 0; // the latest open request wins
+    this.refusal = new Refusal({ element: document.getElementById("send-wait"), notice });
   }
 
   attach(client) {
@@ -114,6 +116,7 @@ export class Chat {
   async send(message, { replaces = null } = {}) {
     if (this.turn) return;
     this.notice.clear();
+    this.refusal.clear();
     this.opening += 1;
     if (replaces) this.view.supersede(replaces);
     const now = new Date().toISOString();
@@ -151,11 +154,28 @@ export class Chat {
       }
     }
     if (turn.ended || !this.client) return;
+    if (turn.refused) {
+      this.refused(turn, message, question, answer);
+      return;
+    }
     await this.conversations.load();
     this.conversations.markCurrent(this.conversationId, this.projectId);
     this.onTitle(this.conversations.titleOf(this.conversationId), this.conversationId);
     turn.labelMemory(await this.memory.turnEnded(turn, before));
     this.onSettled();
+  }
+
+  // A limit refused the message before its turn began: nothing was stored, so the page shows
+  // nothing of it either (as after a reload); the text goes back into the message box (unless
+  // the person already typed something new) and the countdown says when to send it again.
+  refused(turn, message, question, answer) {
+    question.remove();
+    answer.element.remove();
+    this.view.changed();
+    if (!this.composer.input.value.trim()) this.composer.fill(message);
+    this.refusal.show(turn.refused);
+    // A refused regenerate or edit replaced nothing: the stored transcript is shown again.
+    if (turn.replaces && this.conversationId) this.open(this.conversationId, null, { fromAddress: true });
   }
 
   stop() {
@@ -183,6 +203,7 @@ export class Chat {
     this.setStreaming(false);
     this.view.clear();
     this.notice.clear();
+    this.refusal.clear();
     this.composer.reset();
   }
 }
