@@ -19,6 +19,7 @@ from playwright.sync_api import Browser, Page, Route, expect
 from tests.e2e.conftest import viewed_page, views
 from tests.e2e.web import (
     add_entries,
+    box,
     inside_viewport,
     is_phone,
     open_memory,
@@ -267,3 +268,66 @@ def httpx_remove(base: str, token: str, entry: str) -> None:
         headers={"Authorization": f"Bearer {token}"},
         timeout=30,
     ).raise_for_status()
+
+
+# -- 3. the chat's header ------------------------------------------------------------------------
+
+LONG_TITLE = "Plan the quarterly review with the whole north region team, the budget and the hiring"
+
+
+@pytest.mark.parametrize("view", DARK_FIRST, indirect=True)
+def test_the_header_shows_the_title_and_the_project_beside_its_buttons(
+    server: str, page: Page, view: tuple[str, str]
+) -> None:
+    """In a project's conversation the header shows the title (one line on a narrow screen,
+    at most two on a wide one, the whole title as its tooltip) next to Rename and Move, and the
+    project's name uncut on a wide screen; nothing in the header overlaps or leaves the window."""
+    token = sign_in(page, server, name_for(view, "header"))
+    project = httpx.post(
+        f"{server}/v1/projects",
+        json={"name": "Alpha Corp"},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    ).json()
+    with httpx.stream(
+        "POST",
+        f"{server}/v1/chat",
+        json={"message": "Plan the review", "project_id": project["id"]},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    ) as response:
+        lines = list(response.iter_lines())
+    conversation_id = re.search(r'"conversation_id": ?"([0-9a-f-]{36})"', "\n".join(lines))
+    assert conversation_id is not None
+    httpx.patch(
+        f"{server}/v1/conversations/{conversation_id.group(1)}",
+        json={"title": LONG_TITLE},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    ).raise_for_status()
+    page.goto(f"{server}/c/{conversation_id.group(1)}")
+    title = page.locator("#chat-title")
+    expect(title).to_have_text(LONG_TITLE)
+    expect(title).to_have_attribute("title", LONG_TITLE)
+    header = page.locator("#chat-head")
+    rename = header.get_by_role("button", name="Rename conversation")
+    move = header.get_by_role("button", name="Move to a project")
+    link = page.locator("#chat-project")
+    for shown in (title, rename, move, link):
+        expect(shown).to_be_visible()
+        assert inside_viewport(page, shown), shown
+    title_box = box(title)
+    assert title_box["width"] >= 48, title_box  # readable words, not a sliver
+    line = float(title.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)"))
+    lines_shown = round(title_box["height"] / line)
+    assert lines_shown <= (1 if is_phone_width(page) else 2), (lines_shown, title_box)
+    assert title_box["x"] + title_box["width"] <= box(rename)["x"] + 0.5
+    assert box(link)["x"] + box(link)["width"] <= title_box["x"] + 0.5
+    if not is_phone_width(page):
+        label = link.locator(".label")
+        expect(label).to_have_text("Alpha Corp")
+        assert label.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), "the project is cut"
+
+
+def is_phone_width(page: Page) -> bool:
+    return (page.viewport_size or {"width": 1280})["width"] <= 900
