@@ -9,7 +9,7 @@ import { describe, isSessionEnd } from "./api.js";
 import { confirmAction } from "./dialog.js";
 import { button, el } from "./dom.js";
 import { dayGroup, fullWhen, parseTimestamp } from "./time.js";
-import { PAGE, fileButtons, readPages } from "./conversation-actions.js";
+import { PAGE, fileButtons, pagePath, readPages } from "./conversation-actions.js";
 
 export class ConversationList {
   // onOpen(id), onDeleted(id), onError(text) are the chat's; onLoaded() runs after each load
@@ -34,7 +34,7 @@ export class ConversationList {
     this.currentId = null;
     this.currentProject = null;
     this.busy = false;
-    this.titles = new Map(); // id -> title, from the last full list
+    this.titles = new Map(); // id -> title, from every page loaded
     this.conversations = [];
     this.projects = [];
     this.loaded = false; // the projects are known (a project missing from them is not the person's)
@@ -55,7 +55,9 @@ export class ConversationList {
       ]);
       if (client !== this.client || archived !== this.archived) return;
       this.next = body.next;
-      this.titles = new Map(body.conversations.map((c) => [c.id, c.title]));
+      // Added to, not replaced: the open conversation may be on no page shown (the Archived
+      // view, a page not loaded yet) and its header still needs its title.
+      for (const c of body.conversations) this.titles.set(c.id, c.title);
       this.conversations = body.conversations;
       this.projects = projects.projects;
       this.loaded = true;
@@ -72,8 +74,7 @@ export class ConversationList {
     const { next, archived } = this;
     if (!client || !next) return;
     try {
-      const body = await client.request(`/v1/conversations?limit=${PAGE}&before=${encodeURIComponent(next)}`
-        + (archived ? "&archived=true" : ""));
+      const body = await client.request(pagePath({ archived, before: next }));
       if (client !== this.client || archived !== this.archived || next !== this.next) return;
       this.next = body.next;
       this.conversations = [...this.conversations, ...body.conversations];
