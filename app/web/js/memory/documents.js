@@ -32,6 +32,10 @@ export class DocumentsSection {
   // `projects`: the person's projects, for the labels (names, which use the general notes).
   render(state, projects = []) {
     const shown = shownTargets(state);
+    // Unsaved edits stay over a re-render of the same place only, never into another project.
+    const place = scopeOf(state).projectId;
+    if (place !== this.place) this.dropDrafts();
+    this.place = place;
     for (const target of TARGETS) {
       $(`doc-${target}`).hidden = !shown.includes(target);
       // A document of another place leaves the page, not only the view.
@@ -211,7 +215,14 @@ export class DocumentsSection {
     }
   }
 
+  // Every open editor closes, unsaved text and all (sign-out, another place).
+  dropDrafts() {
+    for (const target of TARGETS) $(`doc-${target}-entries`).replaceChildren();
+  }
+
   reset() {
+    this.dropDrafts();
+    this.place = undefined;
     for (const target of TARGETS) {
       this.renderDocument(target, { entries: [], characters: 0, limit: 1 });
       $(`doc-${target}-usage`).textContent = "";
