@@ -10,12 +10,13 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from starlette.responses import Response
 
 from app.agent.sources import stored_sources
+from app.api import list_cursor
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import error_responses
 from app.api.project_scope import NO_PROJECT, ProjectQuery, project_write_unavailable
 from app.api.timestamps import iso_utc
 from app.concurrency import to_thread
-from app.conversations.repository import Conversation, StoredMessage
+from app.conversations.repository import Conversation, ListPosition, StoredMessage
 from app.conversations.search import MAX_RESULTS
 from app.conversations.search_text import query_problem
 from app.conversations.service import SearchResult, is_conversation_id
@@ -34,19 +35,56 @@ def _summary(conversation: Conversation) -> dict[str, Any]:
         "created_at": iso_utc(conversation.created_at),
         "updated_at": iso_utc(conversation.updated_at),
         "project_id": conversation.project_id,
+        "pinned": conversation.pinned,
+        "archived": conversation.archived,
     }
+
+
+# The most a page of the list holds; without `limit` the list is whole, as before pages existed.
+MAX_PAGE = 100
 
 
 @router.get(
     "/v1/conversations",
-    summary="The caller's conversations (of one project with ?project_id=), newest first",
-    responses=error_responses(401, 404, 503),
+    summary=(
+        "The caller's conversations (of one project with ?project_id=), pinned first, then "
+        "newest first; archived ones only with ?archived=true; paged with limit and before"
+    ),
+    responses=error_responses(401, 404, 422, 503),
 )
 async def list_conversations(
-    user: CurrentUser, runtime: RuntimeDep, where: ProjectQuery
+    user: CurrentUser,
+    runtime: RuntimeDep,
+    where: ProjectQuery,
+    archived: bool = Query(default=False, description="List the archived conversations instead"),
+    limit: int | None = Query(default=None, ge=1, le=MAX_PAGE, description="At most this many"),
+    before: str | None = Query(
+        default=None, description="The `next` of the previous page: the page after it"
+    ),
 ) -> dict[str, Any]:
-    conversations = await runtime.conversations.list_for(user.subject, where.scope.project_id)
-    return {"conversations": [_summary(conversation) for conversation in conversations]}
+    try:
+        after = list_cursor.decode(before) if before is not None else None
+    except list_cursor.CursorError:
+        raise Unprocessable(
+            "before is not a cursor of this list: pass the previous page's next.",
+            code="invalid_cursor",
+        ) from None
+    conversations = await runtime.conversations.list_for(
+        user.subject,
+        where.scope.project_id,
+        archived=archived,
+        limit=limit + 1 if limit is not None else None,  # one more says whether a page follows
+        after=after,
+    )
+    body: dict[str, Any] = {"conversations": [_summary(c) for c in conversations[:limit]]}
+    if limit is not None:
+        last = conversations[limit - 1] if len(conversations) > limit else None
+        body["next"] = (
+            list_cursor.encode(ListPosition(last.pinned, last.updated_at, last.id))
+            if last is not None
+            else None
+        )
+    return body
 
 
 def _result(result: SearchResult) -> dict[str, Any]:
@@ -137,17 +175,25 @@ def _message(message: StoredMessage) -> dict[str, Any]:
 
 class ConversationChange(BaseModel):
     """`{"title": "..."}`, `{"project_id": "<id>" | null}` (move it into a project or out of
-    projects), or both; any other field is refused."""
+    projects), `{"pinned": bool}`, `{"archived": bool}`, or several; any other field is
+    refused."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     title: str | None = None
     project_id: str | None = None
+    pinned: bool | None = None
+    archived: bool | None = None
 
     @model_validator(mode="after")
     def _something(self) -> ConversationChange:
-        if self.title is None and "project_id" not in self.model_fields_set:
-            raise ValueError("give a title, a project_id (or null), or both")
+        if (
+            self.title is None
+            and self.pinned is None
+            and self.archived is None
+            and "project_id" not in self.model_fields_set
+        ):
+            raise ValueError("give a title, a project_id (or null), pinned, archived, or several")
         return self
 
 
@@ -172,7 +218,9 @@ async def move(
 
 @router.patch(
     "/v1/conversations/{conversation_id}",
-    summary="Rename one conversation, or move it into a project or out of projects",
+    summary=(
+        "Rename one conversation, move it into a project or out of projects, pin or archive it"
+    ),
     responses=error_responses(401, 404, 422, 503),
 )
 async def change_conversation(
@@ -186,6 +234,12 @@ async def change_conversation(
             raise Unprocessable(str(error), code="invalid_title") from None
     if "project_id" in body.model_fields_set:
         await move(runtime, user.subject, conversation_id, body.project_id)
+    if body.pinned is not None or body.archived is not None:
+        marked = await runtime.conversations.mark(
+            user.subject, conversation_id, pinned=body.pinned, archived=body.archived
+        )
+        if marked is None:
+            raise NotFound("No such conversation.")
     conversation = (
         await runtime.conversations.rename(user.subject, conversation_id, title)
         if title is not None

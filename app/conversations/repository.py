@@ -13,11 +13,15 @@ from sqlalchemy import (
     Executable,
     Integer,
     Select,
+    and_,
     bindparam,
     delete,
+    false,
     func,
     insert,
+    or_,
     select,
+    true,
     update,
 )
 
@@ -40,6 +44,8 @@ class Conversation:
     updated_at: datetime
     project_id: str | None = None  # the project it belongs to (None: a general conversation)
     temporary: bool = False  # a temporary chat: never listed, searched or exported
+    pinned: bool = False  # listed first
+    archived: bool = False  # left out of the list unless asked for; still searchable
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,8 @@ _COLUMNS = (
     conversations.c.updated_at,
     conversations.c.project_id,
     conversations.c.temporary,
+    conversations.c.pinned,
+    conversations.c.archived,
 )
 # Temporary chats are read only by id, by their owner: never listed, paged (the export),
 # searched or recalled (`LISTED`).
@@ -138,11 +146,14 @@ LISTED = conversations.c.temporary.is_(False)
 _GET = select(*_COLUMNS).where(
     conversations.c.id == _CONVERSATION, conversations.c.user_id == _OWNER
 )
-_LIST = (
-    select(*_COLUMNS)
-    .where(conversations.c.user_id == _OWNER, LISTED)
-    .order_by(conversations.c.updated_at.desc(), conversations.c.created_at.desc())
+# Pinned first, then the most recently updated; the id breaks ties, so that the order is total
+# and a page's last row says exactly where the next page starts (`ListPosition`).
+_ORDER = (
+    conversations.c.pinned.desc(),
+    conversations.c.updated_at.desc(),
+    conversations.c.id.desc(),
 )
+_LIST = select(*_COLUMNS).where(conversations.c.user_id == _OWNER, LISTED)
 
 
 def get(connection: Connection, user_id: str, conversation_id: str) -> Conversation | None:
@@ -153,13 +164,76 @@ def get(connection: Connection, user_id: str, conversation_id: str) -> Conversat
     return Conversation(*row) if row is not None else None
 
 
+@dataclass(frozen=True)
+class ListPosition:
+    """Where a page of the list ended: the sort key of its last conversation. The next page
+    holds what sorts after it; a conversation started or updated meanwhile sorts before it,
+    so pages never repeat or skip a conversation that kept its place."""
+
+    pinned: bool
+    updated_at: datetime
+    id: str
+
+
+def _after(position: ListPosition) -> Any:
+    c = conversations.c
+    later = or_(
+        c.updated_at < position.updated_at,
+        and_(c.updated_at == position.updated_at, c.id < position.id),
+    )
+    if position.pinned:
+        return or_(c.pinned == false(), and_(c.pinned == true(), later))
+    return and_(c.pinned == false(), later)
+
+
 def list_for_user(
-    connection: Connection, user_id: str, project_id: str | None = None
+    connection: Connection,
+    user_id: str,
+    project_id: str | None = None,
+    *,
+    archived: bool = False,
+    limit: int | None = None,
+    after: ListPosition | None = None,
 ) -> list[Conversation]:
-    """The user's conversations, most recent first; only those of `project_id` when given."""
-    query = _LIST if project_id is None else _LIST.where(conversations.c.project_id == project_id)
+    """The user's conversations, pinned first, then most recent first; only those of
+    `project_id` when given; the archived ones instead with `archived`. With `limit`, at most
+    that many, starting after `after` (the previous page's last)."""
+    query = _LIST.where(conversations.c.archived == (true() if archived else false()))
+    if project_id is not None:
+        query = query.where(conversations.c.project_id == project_id)
+    if after is not None:
+        query = query.where(_after(after))
+    query = query.order_by(*_ORDER)
+    if limit is not None:
+        query = query.limit(limit)
     rows = connection.execute(query, {"owner_id": user_id}).all()
     return [Conversation(*row) for row in rows]
+
+
+def mark(
+    connection: Connection,
+    user_id: str,
+    conversation_id: str,
+    *,
+    pinned: bool | None = None,
+    archived: bool | None = None,
+) -> bool:
+    """Pin or unpin, archive or restore the owner's conversation (its `updated_at` stays: the
+    flags are not activity); False when it is not the owner's (nothing done)."""
+    if get(connection, user_id, conversation_id) is None:
+        return False
+    values: dict[str, bool] = {}
+    if pinned is not None:
+        values["pinned"] = pinned
+    if archived is not None:
+        values["archived"] = archived
+    if values:
+        connection.execute(
+            update(conversations)
+            .where(conversations.c.id == conversation_id, conversations.c.user_id == user_id)
+            .values(**values)
+        )
+    return True
 
 
 def move(

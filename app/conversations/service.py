@@ -17,7 +17,13 @@ from sqlalchemy.exc import DBAPIError
 
 from app.concurrency import to_thread
 from app.conversations import repository, search
-from app.conversations.repository import Conversation, MessageStatus, Role, StoredMessage
+from app.conversations.repository import (
+    Conversation,
+    ListPosition,
+    MessageStatus,
+    Role,
+    StoredMessage,
+)
 from app.conversations.search_text import parse_query, snippet
 from app.conversations.titles import title_from_message
 from app.db.engine import SQLITE_IMMEDIATE, one_statement_read
@@ -91,13 +97,55 @@ class ConversationService:
     async def get(self, user_id: str, conversation_id: str) -> Conversation | None:
         return await to_thread(self._get, user_id, conversation_id)
 
-    def _list(self, user_id: str, project_id: str | None) -> list[Conversation]:
+    def _list(
+        self,
+        user_id: str,
+        project_id: str | None,
+        archived: bool,
+        limit: int | None,
+        after: ListPosition | None,
+    ) -> list[Conversation]:
         with self.engine.connect() as connection:
-            return repository.list_for_user(connection, user_id, project_id)
+            return repository.list_for_user(
+                connection, user_id, project_id, archived=archived, limit=limit, after=after
+            )
 
-    async def list_for(self, user_id: str, project_id: str | None = None) -> list[Conversation]:
-        """Most recent first; only `project_id`'s when given."""
-        return await to_thread(self._list, user_id, project_id)
+    async def list_for(
+        self,
+        user_id: str,
+        project_id: str | None = None,
+        *,
+        archived: bool = False,
+        limit: int | None = None,
+        after: ListPosition | None = None,
+    ) -> list[Conversation]:
+        """Pinned first, then most recent first; only `project_id`'s when given; the archived
+        ones instead with `archived`; at most `limit`, after `after` (repository.ListPosition)."""
+        return await to_thread(self._list, user_id, project_id, archived, limit, after)
+
+    def _mark(
+        self, user_id: str, conversation_id: str, pinned: bool | None, archived: bool | None
+    ) -> Conversation | None:
+        if not is_conversation_id(conversation_id):
+            return None
+        with self.engine.begin() as connection:
+            if not repository.mark(
+                connection, user_id, conversation_id, pinned=pinned, archived=archived
+            ):
+                return None
+            return repository.get(connection, user_id, conversation_id)
+
+    async def mark(
+        self,
+        user_id: str,
+        conversation_id: str,
+        *,
+        pinned: bool | None = None,
+        archived: bool | None = None,
+    ) -> Conversation | None:
+        """Pin or unpin, archive or restore the owner's conversation; None when it is not the
+        owner's."""
+        return await to_thread(self._mark, user_id, conversation_id, pinned, archived)
 
     def _messages(
         self, user_id: str, conversation_id: str, last: int | None

@@ -80,10 +80,14 @@ conversations = Table(
     # A temporary chat (revision 0017): never listed, searched, recalled, embedded or exported,
     # and deleted by the purge TEMPORARY_CHAT_HOURS after it began (docs/privacy.md).
     Column("temporary", Boolean, nullable=False, server_default=false()),
+    # Listed first / left out of the list unless asked for (revision 0020).
+    Column("pinned", Boolean, nullable=False, server_default=false()),
+    Column("archived", Boolean, nullable=False, server_default=false()),
     PrimaryKeyConstraint("id", name=f"pk_{PREFIX}conversations"),
     Index(f"ix_{PREFIX}conversations_user_updated", "user_id", "updated_at"),
     Index(f"ix_{PREFIX}conversations_project", "project_id", "updated_at"),
     Index(f"ix_{PREFIX}conversations_temporary", "temporary", "created_at"),
+    Index(f"ix_{PREFIX}conversations_user_listed", "user_id", "archived", "pinned", "updated_at"),
     **MYSQL_OPTIONS,
 )
 

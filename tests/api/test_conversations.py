@@ -89,6 +89,8 @@ def test_list_newest_first_and_delete(engine: Engine, db_url: str) -> None:
         "created_at",
         "updated_at",
         "project_id",
+        "pinned",
+        "archived",
     }
     assert listed["conversations"][0]["project_id"] is None
     assert (deleted.status_code, gone.status_code) == (204, 404)

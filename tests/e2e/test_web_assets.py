@@ -58,6 +58,7 @@ def test_a_session_loads_nothing_that_fails_and_nothing_from_elsewhere(
     loaded = {response.url.removeprefix(server) for response in responses}
     assert "/static/vendor/marked/marked.esm.js" in loaded
     assert "/static/vendor/dompurify/purify.es.mjs" in loaded
+    assert "/static/vendor/highlight/highlight.min.js" in loaded
     assert "/static/favicon.svg" in loaded
 
 
@@ -76,18 +77,27 @@ def test_every_web_file_ships_in_the_package() -> None:
 
 
 def test_the_vendored_libraries_are_the_published_files() -> None:
-    """The vendored marked and DOMPurify are byte for byte the files their README lists (so a
-    hand edit shows), and each carries its licence."""
+    """The vendored marked, DOMPurify and highlight.js are byte for byte the files their README
+    lists (so a hand edit shows), and each carries its licence."""
     readme = (WEB / "vendor" / "README.md").read_text()
     listed = dict(
         (name, digest) for digest, name in re.findall(r"^([0-9a-f]{64})  (\S+)$", readme, re.M)
     )
-    assert set(listed) == {"marked/marked.esm.js", "dompurify/purify.es.mjs"}
+    assert set(listed) == {
+        "marked/marked.esm.js",
+        "dompurify/purify.es.mjs",
+        "highlight/highlight.min.js",
+    }
     for name, digest in listed.items():
         assert hashlib.sha256((WEB / "vendor" / name).read_bytes()).hexdigest() == digest, name
     assert (WEB / "vendor" / "marked" / "LICENSE").is_file()
     assert (WEB / "vendor" / "dompurify" / "LICENSE").is_file()
-    for library, version in (("marked", "18.2.1"), ("DOMPurify", "3.5.0")):
+    assert (WEB / "vendor" / "highlight" / "LICENSE").is_file()
+    for library, version in (
+        ("marked", "18.2.1"),
+        ("DOMPurify", "3.5.0"),
+        ("highlight.js", "11.12.0"),
+    ):
         assert f"| {version} |" in readme.split(library, 1)[1].split("\n", 1)[0]
 
 

@@ -26,6 +26,7 @@ READABLE = [
     ".markdown p",
     ".markdown blockquote p",
     ".markdown pre code",
+    ".markdown pre code span",
     ".markdown p code",
     ".code-language",
     ".message-meta time",

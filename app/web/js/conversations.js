@@ -10,12 +10,21 @@ import { confirmAction } from "./dialog.js";
 import { button, el } from "./dom.js";
 import { conversationPath } from "./router.js";
 import { dayGroup, fullWhen, parseTimestamp } from "./time.js";
+import { PAGE, fileButtons, pagePath, readPages } from "./conversation-actions.js";
 
 export class ConversationList {
   // onOpen(id), onDeleted(id), onError(text) are the chat's; onLoaded() runs after each load
   // (projects and titles may have changed); `projectRows` draws the projects (projects.js).
-  constructor({ container, empty, projectRows, onOpen, onDeleted, onError, onLoaded = () => {} }) {
+  // `more` is the "Show more" button, `archiveToggle` the "Archived" view's switch.
+  constructor({ container, empty, projectRows, onOpen, onDeleted, onError, onLoaded = () => {},
+    more = null, archiveToggle = null }) {
     this.container = container;
+    this.more = more;
+    this.archiveToggle = archiveToggle;
+    this.archived = false; // the Archived view is shown
+    this.next = null; // the cursor of the next page (null: all loaded)
+    if (more) more.addEventListener("click", () => this.loadMore());
+    if (archiveToggle) archiveToggle.addEventListener("click", () => this.showArchived(!this.archived));
     this.empty = empty;
     this.projectRows = projectRows;
     this.onOpen = onOpen;
@@ -26,7 +35,7 @@ export class ConversationList {
     this.currentId = null;
     this.currentProject = null;
     this.busy = false;
-    this.titles = new Map(); // id -> title, from the last full list
+    this.titles = new Map(); // id -> title, from every page loaded
     this.conversations = [];
     this.projects = [];
     this.loaded = false; // the projects are known (a project missing from them is not the person's)
@@ -36,15 +45,20 @@ export class ConversationList {
     this.client = client;
   }
 
+  // Reads the list again (as many rows as were shown, at least a page) and the projects.
   async load() {
     const client = this.client;
+    const archived = this.archived;
     try {
       const [body, projects] = await Promise.all([
-        client.request("/v1/conversations"),
+        readPages(client, { archived, atLeast: Math.max(PAGE, this.conversations.length) }),
         client.request("/v1/projects"),
       ]);
-      if (client !== this.client) return;
-      this.titles = new Map(body.conversations.map((c) => [c.id, c.title]));
+      if (client !== this.client || archived !== this.archived) return;
+      this.next = body.next;
+      // Added to, not replaced: the open conversation may be on no page shown (the Archived
+      // view, a page not loaded yet) and its header still needs its title.
+      for (const c of body.conversations) this.titles.set(c.id, c.title);
       this.conversations = body.conversations;
       this.projects = projects.projects;
       this.loaded = true;
@@ -53,6 +67,46 @@ export class ConversationList {
     } catch (error) {
       if (!isSessionEnd(error)) this.onError(`Could not load conversations: ${describe(error)}`);
     }
+  }
+
+  // The next page, added below ("Show more").
+  async loadMore() {
+    const client = this.client;
+    const { next, archived } = this;
+    if (!client || !next) return;
+    try {
+      const body = await client.request(pagePath({ archived, before: next }));
+      if (client !== this.client || archived !== this.archived || next !== this.next) return;
+      this.next = body.next;
+      this.conversations = [...this.conversations, ...body.conversations];
+      for (const c of body.conversations) this.titles.set(c.id, c.title);
+      this.render(this.conversations);
+    } catch (error) {
+      if (!isSessionEnd(error)) this.onError(`Could not load more conversations: ${describe(error)}`);
+    }
+  }
+
+  // The Archived view lists the archived conversations in place of the others.
+  async showArchived(archived) {
+    this.archived = archived;
+    this.conversations = [];
+    this.next = null;
+    if (this.archiveToggle) {
+      this.archiveToggle.setAttribute("aria-pressed", String(archived));
+      this.archiveToggle.querySelector(".label").textContent = archived ? "Back to conversations" : "Archived";
+    }
+    this.container.closest("#sidebar-lists")?.classList.toggle("archived-view", archived);
+    await this.load();
+  }
+
+  async change(id, flags) {
+    try {
+      await this.client.request(`/v1/conversations/${encodeURIComponent(id)}`, { method: "PATCH", body: flags });
+    } catch (error) {
+      if (!isSessionEnd(error)) this.onError(`Could not change the conversation: ${describe(error)}`);
+      return;
+    }
+    await this.load();
   }
 
   titleOf(id) {
@@ -71,10 +125,12 @@ export class ConversationList {
   render(conversations) {
     const now = new Date();
     const groups = new Map();
-    const outside = conversations.filter((conversation) => !this.project(conversation.project_id));
+    // The Archived view lists every archived conversation, projects' too, in one list.
+    const outside = conversations.filter((conversation) => this.archived
+      || !this.project(conversation.project_id));
     for (const conversation of outside) {
       const when = parseTimestamp(conversation.updated_at) || now;
-      const heading = dayGroup(when, now);
+      const heading = this.archived ? "Archived" : conversation.pinned ? "Pinned" : dayGroup(when, now);
       if (!groups.has(heading)) groups.set(heading, []);
       groups.get(heading).push(this.item(conversation, when));
     }
@@ -84,7 +140,10 @@ export class ConversationList {
     ]));
     this.container.replaceChildren(...sections);
     this.empty.hidden = conversations.length > 0;
-    this.projectRows.render(this.projects, (project) => this.inProject(project.id)
+    this.empty.textContent = this.archived ? "No archived conversations."
+      : "No conversations yet. Your chats appear here.";
+    if (this.more) this.more.hidden = !this.next;
+    this.projectRows.render(this.archived ? [] : this.projects, (project) => this.inProject(project.id)
       .map((conversation) => this.item(conversation, parseTimestamp(conversation.updated_at) || now)));
     this.markCurrent(this.currentId, this.currentProject);
     this.setBusy(this.busy);
@@ -106,7 +165,8 @@ export class ConversationList {
     const remove = button("Delete", () => this.remove(conversation.id, title), {
       className: "delete", iconName: "trash", iconOnly: true,
       label: `Delete conversation: ${title}` });
-    return el("li", { className: "conversation" }, [open, remove]);
+    const filing = fileButtons(conversation, title, (id, flags) => this.change(id, flags));
+    return el("li", { className: "conversation" }, [open, ...filing, remove]);
   }
 
   // `id`: the open conversation; `projectId`: the project whose page is open (no conversation).
@@ -151,17 +211,29 @@ export class ConversationList {
     await this.load();
   }
 
+  showArchivedReset() {
+    this.archived = false;
+    if (this.archiveToggle) {
+      this.archiveToggle.setAttribute("aria-pressed", "false");
+      this.archiveToggle.querySelector(".label").textContent = "Archived";
+    }
+    this.container.closest("#sidebar-lists")?.classList.remove("archived-view");
+  }
+
   reset() {
     this.client = null;
     this.titles = new Map();
     this.conversations = [];
     this.projects = [];
     this.loaded = false;
+    this.next = null;
+    if (this.archived) this.showArchivedReset();
     this.currentId = null;
     this.currentProject = null;
     this.busy = false;
     this.container.replaceChildren();
     this.projectRows.reset();
     this.empty.hidden = true;
+    if (this.more) this.more.hidden = true;
   }
 }

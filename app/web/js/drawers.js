@@ -14,6 +14,7 @@ export class Drawers {
     this.scrim = scrim;
     this.panels = panels; // {name: {element, toggle}}
     this.open = null; // the open drawer on a narrow screen
+    this.openedAt = -Infinity; // when the person last opened one (performance.now())
     this.memoryFolded = localStorage.getItem(PANEL_PREFERENCE) === "folded";
     for (const [name, { element, toggle }] of Object.entries(panels)) {
       toggle.addEventListener("click", () => this.toggle(name));
@@ -53,13 +54,16 @@ export class Drawers {
 
   show(name) {
     this.open = name;
+    this.openedAt = performance.now();
     this.apply();
     focusQuietly(this.panels[name].element.querySelector("[data-close]"));
   }
 
   // Closes the open drawer (narrow screens); focus goes back to the button that opened it.
-  close({ restoreFocus = true } = {}) {
-    if (!this.open) return;
+  // `openedBefore`: a navigation that began then closes only a drawer opened before it, never
+  // one the person opened while it loaded (a tap right after a reload).
+  close({ restoreFocus = true, openedBefore = Infinity } = {}) {
+    if (!this.open || this.openedAt > openedBefore) return;
     const { toggle } = this.panels[this.open];
     this.open = null;
     this.apply();

@@ -23,6 +23,8 @@ import { Router } from "./router.js";
 import {
   announce, currentSession, devSignIn, endSession, onAnnouncement, providerSignIn,
 } from "./session.js";
+import { MOD, wireShortcuts } from "./shortcuts.js";
+import { wireTheme } from "./theme.js";
 
 const SESSION_ENDED = "Your session has ended. Please sign in again.";
 const ACCOUNT_DELETED = "Your account was deleted. Everything about you has been erased.";
@@ -78,7 +80,11 @@ const title = new ChatTitle({
 // The project parts read the others from `parts`, filled in once the chat exists.
 const parts = {};
 const projects = projectParts(parts);
-const account = new AccountDeletion({ onDeleted: () => leave(ACCOUNT_DELETED, "success") });
+// The deleted account's conversation is gone: the address goes back to the start page.
+const account = new AccountDeletion({ onDeleted: () => {
+  router.show(null, { replace: true });
+  leave(ACCOUNT_DELETED, "success");
+} });
 const conversations = new ConversationList({
   container: $("conversation-list"),
   empty: $("conversations-empty"),
@@ -87,6 +93,8 @@ const conversations = new ConversationList({
   onDeleted: (id) => chat.deleted(id),
   onError: (text) => chatNotice.show(text, "error"),
   onLoaded: () => projects.showPlace(),
+  more: $("conversations-more"),
+  archiveToggle: $("show-archived"),
 });
 const search = new ConversationSearch({
   form: $("conversation-search"),
@@ -119,7 +127,7 @@ const chat = new Chat({
   onTitle: (text, id) => title.show(text, id),
   onPlace: () => projects.showPlace(),
   notice: chatNotice,
-  onNavigate: () => drawers.close({ restoreFocus: false }),
+  onNavigate: (began) => drawers.close({ restoreFocus: false, openedBefore: began }),
   onStreaming: (streaming) => {
     for (const id of ["new-conversation", "new-conversation-narrow"]) $(id).disabled = streaming;
   },
@@ -258,15 +266,33 @@ function signInProblem() {
   return SIGN_IN_PROBLEMS[problem] || SIGN_IN_PROBLEMS.failed;
 }
 
+// Ctrl/⌘+K: the search box (in its drawer on a narrow screen).
+function focusSearch() {
+  if (!client) return;
+  if (drawers.narrow && drawers.open !== "conversations") drawers.show("conversations");
+  focusQuietly($("conversation-search-input"));
+  $("conversation-search-input").select();
+}
+
 function wire() {
   drawIcons();
+  wireTheme($("theme-select"));
+  wireShortcuts({
+    newChat: () => { if (client) chat.newConversation(); },
+    search: focusSearch,
+    dialog: $("shortcuts-dialog"),
+    opener: $("show-shortcuts"),
+    closer: $("shortcuts-close"),
+  });
   $("dev-sign-in").addEventListener("submit", onDevSignIn);
   $("provider-sign-in-button").addEventListener("click", () => providerSignIn());
   $("sign-out").addEventListener("click", () => leave());
   onAnnouncement(() => onOtherTab());
   for (const id of ["new-conversation", "new-conversation-narrow"]) {
     $(id).addEventListener("click", () => chat.newConversation());
+    $(id).title = `New chat (${MOD}+Shift+O)`;
   }
+  $("conversation-search-input").title = `Search conversations (${MOD}+K)`;
   // Links to a conversation inside the page (a memory entry's origin) open it in place.
   // So do links to a project's page (the header's project).
   document.addEventListener("click", (event) => {

@@ -10,6 +10,7 @@ import { Marked } from "../vendor/marked/marked.esm.js";
 import DOMPurify from "../vendor/dompurify/purify.es.mjs";
 import { copyText, flashCopied } from "./clipboard.js";
 import { button, el } from "./dom.js";
+import { highlightCode, isHighlightClass } from "./highlight.js";
 
 const ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 const escapeHtml = (text) => String(text).replace(/[&<>"']/g, (character) => ESCAPES[character]);
@@ -40,9 +41,10 @@ const PURIFY = {
 };
 
 DOMPurify.addHook("uponSanitizeAttribute", (node, data) => {
-  // Only a code block's language survives as a class.
+  // Only a code block's language survives as a class (and, in highlight.js's spans, its own).
   if (data.attrName === "class") {
-    data.keepAttr = node.nodeName === "CODE" && /^language-[\w+#.-]+$/.test(data.attrValue);
+    data.keepAttr = (node.nodeName === "CODE" && /^language-[\w+#.-]+$/.test(data.attrValue))
+      || (node.nodeName === "SPAN" && isHighlightClass(data.attrValue));
   }
 });
 DOMPurify.addHook("afterSanitizeAttributes", (node) => {
@@ -70,6 +72,8 @@ function decorate(fragment) {
     copy.addEventListener("click", async () => flashCopied(copy, await copyText(code())));
     const head = el("div", { className: "code-head" },
       [el("span", { className: "code-language", text: languageOf(pre) || "code" }), copy]);
+    const codeElement = pre.querySelector("code");
+    if (codeElement) highlightCode(codeElement, languageOf(pre));
     const block = el("div", { className: "code-block" });
     pre.replaceWith(block);
     block.append(head, pre);

@@ -13,6 +13,9 @@ function avatar() {
   return el("div", { className: "message-avatar", attrs: { "aria-hidden": "true" } }, [image]);
 }
 
+// Each answer element's Answer (its markdown source), for the version switcher (messages.js).
+export const answerOf = new WeakMap();
+
 // One assistant answer, live while it streams.
 export class Answer {
   constructor(view, { streaming }) {
@@ -31,6 +34,7 @@ export class Answer {
       this.activity, this.content, this.typing, this.notes, this.meta,
     ]);
     this.element = el("li", { className: "message assistant" }, [avatar(), body]);
+    answerOf.set(this.element, this);
     this.setState(streaming ? "streaming" : "done");
   }
 
@@ -103,6 +107,17 @@ export class Answer {
     parts.push(button("Regenerate", () => this.view.regenerate(this.element), {
       className: "regenerate", iconName: "refresh", iconOnly: true, label: "Regenerate answer" }));
     this.meta.replaceChildren(...parts);
+    this.view.changed();
+    this.view.markVersions();
+  }
+
+  // Shows `source` (an earlier version's text) in place of this answer's own, or, with null,
+  // this answer again.
+  showVersion(source) {
+    const earlier = source !== null;
+    renderMarkdown(this.content, earlier ? source : this.source);
+    this.element.classList.toggle("showing-earlier", earlier);
+    this.activity.hidden = earlier;
     this.view.changed();
   }
 }

@@ -4,6 +4,7 @@
 // memory panel follows that place.
 
 import { ApiError, describe, isSessionEnd } from "../api.js";
+import { Refusal } from "./refusal.js";
 import { Turn } from "./turn.js";
 
 export class Chat {
@@ -35,6 +36,7 @@ export class Chat {
       asks: () => memory.extras.saveMode === "ask",
       history: (entry) => memory.reveal(entry),
     };
+    this.refusal = new Refusal({ element: document.getElementById("send-wait"), notice });
   }
 
   attach(client) {
@@ -76,8 +78,10 @@ export class Chat {
   }
 
   // `hit` (a search result: role and created_at of one message) opens the conversation there.
+  // onNavigate gets the time the opening began: a drawer opened since stays open.
   async open(id, hit = null, { fromAddress = false } = {}) {
     if (this.turn) return;
+    const began = performance.now();
     const ticket = ++this.opening;
     if (!fromAddress) this.router.show(id);
     let conversation;
@@ -91,7 +95,7 @@ export class Chat {
         this.place(null, null);
         this.onTitle(null);
         this.view.showNotFound(() => this.newConversation());
-        this.onNavigate();
+        this.onNavigate(began);
       } else {
         this.notice.show(`Could not open the conversation: ${describe(error)}`, "error");
       }
@@ -109,7 +113,7 @@ export class Chat {
       this.view.reveal(conversation.messages.findIndex(
         (message) => message.role === hit.role && message.created_at === hit.created_at));
     }
-    this.onNavigate();
+    this.onNavigate(began);
     this.composer.focus();
   }
 
@@ -123,6 +127,7 @@ export class Chat {
   async send(message, { replaces = null } = {}) {
     if (this.turn) return;
     this.notice.clear();
+    this.refusal.clear();
     this.opening += 1;
     if (replaces) this.view.supersede(replaces);
     const now = new Date().toISOString();
@@ -163,6 +168,10 @@ export class Chat {
       }
     }
     if (turn.ended || !this.client) return;
+    if (turn.refused) {
+      this.refused(turn, message, question, answer);
+      return;
+    }
     await this.conversations.load();
     this.conversations.markCurrent(this.conversationId, this.projectId);
     if (!this.temporary.active) {
@@ -170,6 +179,19 @@ export class Chat {
     }
     turn.labelMemory(await this.memory.turnEnded(turn, before));
     this.onSettled();
+  }
+
+  // A limit refused the message before its turn began: nothing was stored, so the page shows
+  // nothing of it either (as after a reload); the text goes back into the message box (unless
+  // the person already typed something new) and the countdown says when to send it again.
+  refused(turn, message, question, answer) {
+    question.remove();
+    answer.element.remove();
+    this.view.changed();
+    if (!this.composer.input.value.trim()) this.composer.fill(message);
+    this.refusal.show(turn.refused);
+    // A refused regenerate or edit replaced nothing: the stored transcript is shown again.
+    if (turn.replaces && this.conversationId) this.open(this.conversationId, null, { fromAddress: true });
   }
 
   stop() {
@@ -197,6 +219,7 @@ export class Chat {
     this.setStreaming(false);
     this.view.clear();
     this.notice.clear();
+    this.refusal.clear();
     this.composer.reset();
     this.temporary.reset();
   }

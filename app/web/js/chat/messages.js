@@ -8,7 +8,7 @@
 
 import { button, el } from "../dom.js";
 import { timeElement } from "../time.js";
-import { Answer } from "./answer.js";
+import { Answer, answerOf } from "./answer.js";
 
 function plural(count, one, many) {
   return `${count} ${count === 1 ? one : many}`;
@@ -36,6 +36,54 @@ export class MessageView {
   markLatest() {
     const answers = this.list.querySelectorAll(":scope > .message.assistant");
     answers.forEach((answer, index) => answer.classList.toggle("latest", index === answers.length - 1));
+  }
+
+  // A regenerated answer offers `< 2/2 >`: the answers it replaced (earlier versions of the
+  // same question, folded just above it) shown in its place, one at a time.
+  markVersions() {
+    for (const answer of this.list.querySelectorAll(":scope > .message.assistant")) {
+      const question = answer.previousElementSibling;
+      if (!question || !question.classList.contains("user")) continue;
+      const text = question.querySelector(".content").textContent;
+      const earlier = [];
+      for (let fold = question.previousElementSibling; fold && fold.classList.contains("earlier-versions");
+        fold = fold.previousElementSibling) {
+        const [asked, answered, ...rest] = fold.querySelectorAll(":scope > details > ol > li");
+        if (rest.length || !answered || !asked.classList.contains("user")
+          || !answered.classList.contains("assistant")
+          || asked.querySelector(".content").textContent !== text) break;
+        earlier.unshift(answered);
+      }
+      this.offerVersions(answer, earlier);
+    }
+  }
+
+  offerVersions(answer, earlier) {
+    const meta = answer.querySelector(".message-meta");
+    const shown = meta.querySelector(":scope > .versions");
+    if (!earlier.length || (shown && Number(shown.dataset.count) === earlier.length + 1)) return;
+    if (shown) shown.remove();
+    const versions = [...earlier.map((item) => answerOf.get(item).source), null];
+    const count = el("span", { className: "version-count", attrs: { "aria-live": "polite" } });
+    let index = versions.length - 1;
+    const show = (next) => {
+      index = Math.max(0, Math.min(versions.length - 1, next));
+      count.textContent = `${index + 1}/${versions.length}`;
+      previous.disabled = index === 0;
+      following.disabled = index === versions.length - 1;
+      answerOf.get(answer).showVersion(versions[index]);
+    };
+    const previous = button("Previous version", () => show(index - 1), {
+      className: "version-previous", iconName: "chevron-left", iconOnly: true });
+    const following = button("Next version", () => show(index + 1), {
+      className: "version-next", iconName: "chevron-right", iconOnly: true });
+    const group = el("span", { className: "versions",
+      attrs: { role: "group", "aria-label": "Versions of this answer" } }, [previous, count, following]);
+    group.dataset.count = String(versions.length);
+    meta.prepend(group);
+    count.textContent = `${versions.length}/${versions.length}`;
+    previous.disabled = false;
+    following.disabled = true;
   }
 
   clear() {
@@ -92,34 +140,41 @@ export class MessageView {
   }
 
   // A stored conversation, exactly as `GET /v1/conversations/{id}` returns its messages: the
-  // current transcript, with what each turn replaced folded just before it.
+  // page replays the turns in order, as it showed them live: where a turn replaced earlier
+  // ones, everything from the first replaced message on folds away before the turn's own
+  // messages (so a fold stays just above the version that replaced it, across reloads).
   showTranscript(messages) {
     this.clear();
-    const replaced = new Map(); // replacing turn -> the items it replaced, in order
-    const firstOfTurn = new Map();
-    const items = [];
-    for (const message of messages) {
-      const item = message.role === "user"
-        ? this.userItem(message.content, message.created_at, message.turn_id)
-        : this.answerItem(message);
-      if (!firstOfTurn.has(message.turn_id)) firstOfTurn.set(message.turn_id, item);
-      if (message.superseded_by) {
-        if (!replaced.has(message.superseded_by)) replaced.set(message.superseded_by, []);
-        replaced.get(message.superseded_by).push(item);
-      } else {
-        items.push(item);
+    const firstReplaced = new Map(); // replacing turn -> the first item it replaced
+    const items = messages.map((message) => (message.role === "user"
+      ? this.userItem(message.content, message.created_at, message.turn_id)
+      : this.answerItem(message)));
+    messages.forEach((message, index) => {
+      const by = message.superseded_by;
+      if (by && !firstReplaced.has(by)) firstReplaced.set(by, items[index]);
+    });
+    const seen = new Set();
+    messages.forEach((message, index) => {
+      if (!seen.has(message.turn_id)) {
+        seen.add(message.turn_id);
+        const first = firstReplaced.get(message.turn_id);
+        if (first && first.parentElement === this.list) this.foldFrom(first);
       }
-    }
-    this.list.replaceChildren(...items);
-    this.transcript = this.itemsInOrder(messages, items, replaced);
-    for (const [turnId, earlier] of replaced) {
-      const anchor = firstOfTurn.get(turnId);
-      const fold = this.fold(earlier);
-      if (anchor && anchor.parentElement) anchor.before(fold);
-      else this.list.append(fold);
-    }
+      this.list.append(items[index]);
+    });
+    this.transcript = items;
+    this.markVersions();
     this.changed();
     this.follower.reset();
+  }
+
+  // Folds `item` and every later item of the current transcript into one earlier version.
+  foldFrom(item) {
+    const children = [...this.list.children];
+    const start = children.indexOf(item);
+    const marker = el("li");
+    item.before(marker);
+    marker.replaceWith(this.fold(children.slice(start)));
   }
 
   // Earlier versions, folded: a details element in the list holding the replaced items.
@@ -136,12 +191,9 @@ export class MessageView {
   // A new turn replaces `turnId`: that turn and every later one in the current transcript are
   // folded away (kept on the page, as the server keeps them).
   supersede(turnId) {
-    const children = [...this.list.children];
-    const start = children.findIndex((item) => item.dataset.turn === turnId);
-    if (start < 0) return;
-    const marker = el("li");
-    children[start].before(marker);
-    marker.replaceWith(this.fold(children.slice(start)));
+    const item = [...this.list.children].find((child) => child.dataset.turn === turnId);
+    if (!item) return;
+    this.foldFrom(item);
     this.changed();
   }
 
@@ -206,13 +258,6 @@ export class MessageView {
       button("Start a new chat", onNew, { className: "primary", iconName: "new-chat" }),
     ]);
     this.list.append(view);
-  }
-
-  // The transcript's items in the API's message order (current and replaced interleaved).
-  itemsInOrder(messages, current, replaced) {
-    const queues = { current: [...current], replaced: new Map([...replaced].map(([k, v]) => [k, [...v]])) };
-    return messages.map((message) => (message.superseded_by
-      ? queues.replaced.get(message.superseded_by).shift() : queues.current.shift()));
   }
 
   // A search hit: the message at `index` of the transcript, scrolled to and marked (following

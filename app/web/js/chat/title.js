@@ -31,6 +31,7 @@ export class ChatTitle {
     this.title = title;
     this.conversationId = id;
     this.heading.textContent = title || APP;
+    this.heading.title = title || ""; // the whole title, where the header has to cut it
     this.heading.hidden = false;
     this.tabTitle();
     this.renameButton.hidden = !id;

@@ -46,6 +46,7 @@ export class Turn {
     this.failed = false;
     this.done = false;
     this.ended = false; // the session ended under it: show nothing more
+    this.refused = null; // the ApiError of a limit that refused the message before the turn
     this.status = null;
     this.memory = null;
     this.staged = 0;
@@ -71,10 +72,11 @@ export class Turn {
     } catch (error) {
       if (isSessionEnd(error)) this.ended = true;
       else if (this.stopped || error.name === "AbortError") this.stopped = true;
-      else if (limitMessage(error)) this.fail(limitMessage(error), limitMessage(error), "warn");
+      else if (limitMessage(error)) this.refused = error; // never started: the chat says so
+
       else this.fail(`The message could not be sent: ${describe(error)}`, `Error: ${describe(error)}`);
     }
-    if (this.ended) return;
+    if (this.ended || this.refused) return;
     if (this.stopped) {
       this.answer.setState("stopped");
       this.answer.note("Stopped: this answer is incomplete.", "warn");

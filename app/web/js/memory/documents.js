@@ -49,6 +49,10 @@ export class DocumentsSection {
   // `projects`: the person's projects, for the labels (names, which use the general notes).
   render(state, projects = []) {
     const shown = shownTargets(state);
+    // Unsaved edits stay over a re-render of the same place only, never into another project.
+    const place = scopeOf(state).projectId;
+    if (place !== this.place) this.dropDrafts();
+    this.place = place;
     for (const target of TARGETS) {
       $(`doc-${target}`).hidden = !shown.includes(target);
       // A document of another place leaves the page, not only the view.
@@ -85,8 +89,34 @@ export class DocumentsSection {
     $(`doc-${target}-usage`).textContent =
       `${characters.toLocaleString()} / ${limit.toLocaleString()} characters`;
     const list = $(`doc-${target}-entries`);
+    const drafts = this.drafts(list);
     list.replaceChildren(...entries.map((entry) => this.entryItem(target, entry)));
-    $(`doc-${target}-empty`).hidden = entries.length > 0;
+    this.reopen(list, target, entries, drafts);
+    $(`doc-${target}-empty`).hidden = entries.length > 0 && !list.querySelector(".editing");
+  }
+
+  // The edits open in `list`, unsaved: {entry, value, focused, start, end}.
+  drafts(list) {
+    return [...list.querySelectorAll(":scope > li.editing:not([data-saving])")].map((item) => {
+      const input = item.querySelector("textarea");
+      return { entry: item.dataset.entry, value: input.value,
+        focused: document.activeElement === input, start: input.selectionStart, end: input.selectionEnd };
+    });
+  }
+
+  // A re-render (a turn saved something, another tab changed memory) keeps each unsaved edit,
+  // text, caret and focus: on its entry when it is still there, otherwise at the end, saying
+  // that saving adds it as a new entry.
+  reopen(list, target, entries, drafts) {
+    for (const draft of drafts) {
+      const index = entries.indexOf(draft.entry);
+      let item = index >= 0 ? list.children[index] : null;
+      if (!item) {
+        item = el("li", { className: "entry" });
+        list.append(item);
+      }
+      this.startEdit(item, target, draft.entry, { draft, gone: index < 0 });
+    }
   }
 
   entryItem(target, entry) {
@@ -142,22 +172,28 @@ export class DocumentsSection {
     return known ? known.get(entry) || null : null;
   }
 
-  startEdit(item, target, entry) {
+  // Enter saves, Shift+Enter starts a new line, Escape cancels (as the message editor).
+  // `draft`: an unsaved edit carried over a re-render; `gone`: its entry changed meanwhile.
+  startEdit(item, target, entry, { draft = null, gone = false } = {}) {
     const id = `edit-${target}-${crypto.randomUUID()}`;
     const input = el("textarea", { attrs: { id, rows: "3", required: "" } });
-    input.value = entry;
+    input.value = draft ? draft.value : entry;
     // Remember until: the last day the entry is kept (empty: kept until removed).
-    const expiresAt = this.expiryOf(target, entry);
+    const expiresAt = gone ? null : this.expiryOf(target, entry);
     const kept = expiresAt ? lastDay(expiresAt) : "";
     const untilInput = el("input", { className: "until-input", attrs: { type: "date",
       id: `${id}-until`, min: new Date().toISOString().slice(0, 10) } });
     untilInput.value = kept;
     const restore = () => {
+      if (gone) {
+        item.remove();
+        return;
+      }
       const fresh = this.entryItem(target, entry);
       item.replaceWith(fresh);
       focusQuietly(fresh.querySelector("button"));
     };
-    const form = el("form", { className: "edit-entry" }, [
+    const parts = [
       el("label", { className: "visually-hidden", text: `Edit entry in “${TITLES[target]}”`,
         attrs: { for: id } }),
       input,
@@ -167,25 +203,41 @@ export class DocumentsSection {
         button("Cancel", restore, { className: "secondary small" }),
         button("Save", null, { className: "primary small", type: "submit" }),
       ]),
-    ]);
+    ];
+    if (gone) {
+      parts.unshift(el("p", { className: "small edit-gone", attrs: { role: "status" },
+        text: "This entry was changed or removed meanwhile. Save adds your text as a new entry." }));
+    }
+    const form = el("form", { className: "edit-entry" }, parts);
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       const content = input.value.trim();
       const day = untilInput.value;
-      if (!content || (content === entry && day === kept)) return restore();
-      const operation = { target, action: "replace", match: entry, content };
-      if (day !== kept) operation.until = day || null; // cleared: kept until removed
-      await this.apply([operation]);
+      if (!content || (content === entry && day === kept && !gone)) return restore();
+      const operation = gone ? { target, action: "add", content }
+        : { target, action: "replace", match: entry, content };
+      if (gone ? day : day !== kept) operation.until = day || null; // cleared: kept until removed
+      item.dataset.saving = "true"; // saved, the edit is no draft to keep over the re-render
+      const saved = await this.apply([operation]);
+      delete item.dataset.saving;
+      if (saved && gone && item.isConnected) item.remove();
     });
     input.addEventListener("keydown", (event) => {
       if (event.key === "Escape") {
         event.stopPropagation();
         restore();
+      } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        form.requestSubmit();
       }
     });
     item.replaceChildren(form);
     item.classList.add("editing");
-    focusQuietly(input);
+    item.dataset.entry = entry;
+    if (!draft || draft.focused) {
+      focusQuietly(input);
+      if (draft) input.setSelectionRange(draft.start, draft.end);
+    }
   }
 
   async onAdd(event) {
@@ -200,7 +252,14 @@ export class DocumentsSection {
     }
   }
 
+  // Every open editor closes, unsaved text and all (sign-out, another place).
+  dropDrafts() {
+    for (const target of TARGETS) $(`doc-${target}-entries`).replaceChildren();
+  }
+
   reset() {
+    this.dropDrafts();
+    this.place = undefined;
     for (const target of TARGETS) {
       this.renderDocument(target, { entries: [], characters: 0, limit: 1 });
       $(`doc-${target}-usage`).textContent = "";
