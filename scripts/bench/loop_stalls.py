@@ -108,11 +108,17 @@ def _completing(messages: int) -> Send:
         for n in range(messages)
     ]
     history.append({"role": "user", "content": "hello"})
-    return lambda client, url, headers: client.post(
-        f"{url}/openai/v1/chat/completions",
-        json={"model": "offline", "messages": history},
-        headers=headers,
-    )
+
+    async def send(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> httpx.Response:
+        # The model id the service lists (the offline model's, or a configured one).
+        listed = (await client.get(f"{url}/openai/v1/models", headers=headers)).json()
+        return await client.post(
+            f"{url}/openai/v1/chat/completions",
+            json={"model": listed["data"][0]["id"], "messages": history},
+            headers=headers,
+        )
+
+    return send
 
 
 def _mcp_update(content: str) -> Send:
