@@ -190,12 +190,12 @@ def cmd_token(args: argparse.Namespace) -> int:
     settings: Settings = load_settings()
     if settings.auth_mode != "dev":
         return _fail("dev tokens exist only with AUTH_MODE=dev")
-    settings = settings.with_dev_secret(create=False)
-    if settings.auth_dev_secret is None:  # pragma: no cover - with_dev_secret sets or raises
-        return _fail("no dev signing key")
     problem = subject_problem(args.sub)
     if problem is not None:
         return _fail(f"--sub {problem}")
+    settings = settings.with_dev_secret(create=False)
+    if settings.auth_dev_secret is None:  # pragma: no cover - with_dev_secret sets or raises
+        return _fail("no dev signing key")
     tokens = DevTokens(
         settings.auth_dev_secret.get_secret_value(),
         ttl_seconds=args.ttl or settings.auth_dev_token_ttl_seconds,

@@ -28,7 +28,7 @@ CRAFTED = [
     "'; DROP TABLE x; --",
     "(((",
     "zebra AND NOT stripes",
-    "\x00zebra\x07",
+    "zebra\x07",  # a NUL is 422 invalid_query (tests/api/test_input_edges.py)
     "%",
     "_",
     "z" * 3000,

@@ -201,7 +201,7 @@ def test_a_new_conversation_is_titled_from_its_first_message(
         ({"title": "two\nlines"}, 422),
         ({"title": "x" * 201}, 422),
         ({"title": 5}, 422),
-        ({"title": "ok", "pinned": True}, 422),
+        ({"title": "ok", "colour": "red"}, 422),  # `pinned` and `archived` are fields now
     ],
     ids=["renamed", "empty", "blank", "control-character", "too-long", "not-text", "extra-field"],
 )

@@ -27,7 +27,7 @@ from tests.support.sse import Event, post_chat
 from tests.support.tokens import dev_auth
 
 # On MariaDB the scan reads server-wide variables (tests/support/erasure.py).
-pytestmark = pytest.mark.serial(when="mariadb")
+pytestmark = pytest.mark.own_mariadb  # the erasure scan sets MariaDB globals: on its own server
 
 SEARCH, MEMORY_TOOL = "conversation_search", "memory_update"
 
