@@ -246,7 +246,8 @@ async def admit_turn(
 # The 200 answer is a stream of server-sent events (or the AI SDK UI message stream).
 EVENT_STREAM: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "The turn's events: start, delta, tool, memory, then done or error",
+        "description": "The turn's events: start, delta, tool, memory, sources (what the "
+        "answer was given and did), then done or error",
         "content": {
             "text/event-stream": {
                 "schema": {
@@ -254,7 +255,9 @@ EVENT_STREAM: dict[int | str, dict[str, Any]] = {
                     "type": "object",
                     "required": ["data"],
                     "properties": {
-                        "event": {"enum": ["start", "delta", "tool", "memory", "done", "error"]},
+                        "event": {
+                            "enum": ["start", "delta", "tool", "memory", "sources", "done", "error"]
+                        },
                         "data": {"type": "string", "contentMediaType": "application/json"},
                         "id": {"type": "string"},
                         "retry": {"type": "integer"},

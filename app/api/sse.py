@@ -198,7 +198,15 @@ def encode_event(event: TurnEvent) -> bytes:
     """One event, framed as sse-starlette would frame it. Built directly: the name is one of
     ours and compact JSON escapes every control character, so `data` is always one line."""
     data = json.dumps(event.data(), separators=(",", ":"), ensure_ascii=False)
+    # JSON leaves U+0085, U+2028 and U+2029 raw under ensure_ascii=False, and line readers that
+    # split like str.splitlines (httpx's among them) end a line there: escape them too, so that
+    # stored text (a `sources` event's memory entries) never splits `data`. They can only occur
+    # inside a JSON string, where the \uXXXX escape decodes to the same text.
+    data = data.translate(_LINE_BREAKS_JSON_KEEPS)
     return f"event: {event.name}\r\ndata: {data}\r\n\r\n".encode()
+
+
+_LINE_BREAKS_JSON_KEEPS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
 
 
 async def _encoded(

@@ -101,7 +101,10 @@ def test_memory_is_read_on_the_admissions_connection_after_its_commit(
             start = chat(url, user, body)
     assert start["memory"]["status"] == "available"
     assert REMEMBERED in prompt_of(model, 1)
-    reads = seen.holding("memory_preferences")
+    # The memory read is the one statement joining the documents with the save mode. Since the
+    # recall merge each /v1/chat turn also reads the `recall_chats` preference (also in
+    # memory_preferences) on its own checkout, before its search: that is not the memory read.
+    reads = seen.holding("agent_memory", "memory_preferences")
     assert len(reads) == 1, seen.held
     admission = seen.holding("limit_counters")
     assert len(admission) == 1, seen.held

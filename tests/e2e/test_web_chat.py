@@ -319,10 +319,11 @@ def test_timestamps_are_shown_in_local_time(
         conversation_id = conversations_of(server, token)[0]["id"]
         open_conversations(page)
         page.locator("#conversation-list .open").first.click()
-        expect(page.locator("#messages li")).to_have_count(2)
+        # The list's own items: the answer's sources (what it saved) are nested list items.
+        expect(page.locator("#messages > li")).to_have_count(2)
 
         stored = conversation(server, token, conversation_id)["messages"]
-        times = page.locator("#messages li time")
+        times = page.locator("#messages > li time")
         expect(times).to_have_count(2)
         for index, message in enumerate(stored):
             instant = datetime.fromisoformat(message["created_at"])

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
+from sqlalchemy import create_engine, inspect, text
 
+from app.db.schema import audit_log, limit_counters, web_sessions
 from app.main import create_app
 from tests.e2e.conftest import e2e_settings, memory_of, screenshot, sqlite_file
 from tests.e2e.web import (
@@ -270,7 +272,17 @@ def test_memory_switched_off_is_a_clear_state(tmp_path: Path, page: Page, screen
 
 def test_memory_unavailable_is_a_clear_state(tmp_path: Path, page: Page, screen: str) -> None:
     """When memory cannot be read (503) the panel says it is unavailable, not empty."""
-    url = sqlite_file(tmp_path, migrate=False)  # no tables: every memory read fails
+    # Only the browser sessions' table (and the bookkeeping sign-in writes): the dev sign-in
+    # stores its session row, while every memory and conversation read fails.
+    url = sqlite_file(tmp_path)
+    engine = create_engine(url)
+    kept = {web_sessions.name, audit_log.name, limit_counters.name, "alembic_version"}
+    with engine.begin() as connection:
+        for name in inspect(connection).get_table_names():
+            if name not in kept:
+                # IF EXISTS: dropping a search index drops its shadow tables too.
+                connection.execute(text(f'DROP TABLE IF EXISTS "{name}"'))
+    engine.dispose()
     with live_server(create_app(e2e_settings(url))) as base:
         sign_in(page, base, "ken")
         expect(page.locator("#memory-state")).to_contain_text("Memory is unavailable")

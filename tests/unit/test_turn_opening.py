@@ -55,6 +55,8 @@ class Conversations:
         *,
         conversation_id: str | None = None,
         retried: bool = False,
+        # The temporary-chats merge passes whether the new conversation is temporary.
+        temporary: bool = False,
     ) -> str:
         self.log.append("write starts")
         await asyncio.sleep(0)

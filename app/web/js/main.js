@@ -1,4 +1,4 @@
-// The web client's start: sign-in, the workspace and what ties them together, including the
+// The web client's start: the workspace, signing in and what ties them together, including the
 // sign-out that leaves nothing of the previous person on the page.
 
 import { AccountDeletion } from "./account.js";
@@ -20,26 +20,17 @@ import { relabelTurns } from "./memory/status.js";
 import { Notice } from "./notice.js";
 import { projectParts } from "./project-parts.js";
 import { Router } from "./router.js";
-import {
-  announce, currentSession, devSignIn, endSession, onAnnouncement, providerSignIn,
-} from "./session.js";
+import { announce, currentSession, endSession, onAnnouncement } from "./session.js";
 import { MOD, wireShortcuts } from "./shortcuts.js";
+import { showSignIn, signInNotice, signInProblem, wireSignIn } from "./sign-in.js";
 import { wireTheme } from "./theme.js";
 
 const SESSION_ENDED = "Your session has ended. Please sign in again.";
 const ACCOUNT_DELETED = "Your account was deleted. Everything about you has been erased.";
 const SIGNED_OUT_ELSEWHERE = "You signed out in another tab.";
-// What the server's sign-in redirect reports in `?sign_in=` when it did not complete.
-const SIGN_IN_PROBLEMS = {
-  failed: "Sign-in did not complete. Please try again.",
-  unavailable: "The identity provider cannot be reached. Please try again in a moment.",
-};
-const NO_BROWSER_SIGN_IN = "This server has no browser sign-in configured (AUTH_CLIENT_ID). "
-  + "API clients use Bearer tokens.";
 
 let info = { auth_mode: "dev" };
 let client = null;
-const signInNotice = new Notice($("sign-in-notice"));
 
 const follower = new Follower($("message-scroller"), $("jump-latest"), {
   onJump: () => focusQuietly($("message-input")),
@@ -157,18 +148,6 @@ function showModelBadge() {
   }
 }
 
-function showSignIn(message = "", kind = "error") {
-  $("workspace").hidden = true;
-  $("sign-in").hidden = false;
-  const oidc = info.auth_mode === "oidc";
-  $("dev-sign-in").hidden = oidc;
-  $("provider-sign-in").hidden = !oidc || !info.browser_sign_in;
-  if (oidc && !info.browser_sign_in && !message) [message, kind] = [NO_BROWSER_SIGN_IN, "status"];
-  if (message) signInNotice.show(message, kind);
-  else signInNotice.clear();
-  focusQuietly(oidc ? $("provider-sign-in-button") : $("dev-name"));
-}
-
 // `session`: what GET /auth/session says (the cookie itself never reaches the page).
 async function signIn(session) {
   client = new ApiClient(session.csrf_token, { onUnauthorized: () => signOut(SESSION_ENDED) });
@@ -215,7 +194,7 @@ function signOut(message = "", kind = "error") {
   $("account-avatar").textContent = "";
   $("account").hidden = true;
   for (const form of document.querySelectorAll("#sign-in form")) form.reset();
-  showSignIn(message, kind);
+  showSignIn(info, message, kind);
 }
 
 // The person signs out (or deleted their account): the page forgets them at once, the server
@@ -242,30 +221,6 @@ async function onOtherTab() {
   if (!client && session) await signIn(session);
 }
 
-async function onDevSignIn(event) {
-  event.preventDefault();
-  const name = $("dev-name").value.trim();
-  signInNotice.clear();
-  try {
-    const session = await devSignIn(name);
-    $("dev-name").value = "";
-    await signIn(session);
-    announce("signed-in");
-  } catch (error) {
-    signInNotice.show(`Could not sign in: ${describe(error)}`, "error");
-  }
-}
-
-// Where the server's sign-in redirect left a problem (`?sign_in=failed`): its words, once; the
-// address keeps only its path.
-function signInProblem() {
-  const params = new URLSearchParams(location.search);
-  const problem = params.get("sign_in");
-  if (problem === null) return "";
-  history.replaceState(null, "", location.pathname);
-  return SIGN_IN_PROBLEMS[problem] || SIGN_IN_PROBLEMS.failed;
-}
-
 // Ctrl/⌘+K: the search box (in its drawer on a narrow screen).
 function focusSearch() {
   if (!client) return;
@@ -284,8 +239,7 @@ function wire() {
     opener: $("show-shortcuts"),
     closer: $("shortcuts-close"),
   });
-  $("dev-sign-in").addEventListener("submit", onDevSignIn);
-  $("provider-sign-in-button").addEventListener("click", () => providerSignIn());
+  wireSignIn(signIn);
   $("sign-out").addEventListener("click", () => leave());
   onAnnouncement(() => onOtherTab());
   for (const id of ["new-conversation", "new-conversation-narrow"]) {
@@ -319,7 +273,7 @@ async function main() {
     problem = `Could not reach the server: ${describe(error)}`;
   }
   if (session) await signIn(session);
-  else showSignIn(problem);
+  else showSignIn(info, problem);
   document.body.dataset.ready = "true";
 }
 

@@ -12,6 +12,7 @@ import { ApiError, describe, fetchInfo, isSessionEnd } from "../api.js";
 import { $ } from "../dom.js";
 import { Notice } from "../notice.js";
 import { DocumentsSection } from "./documents.js";
+import { revealEntry, undoWrong, wrongEntry } from "./entry-actions.js";
 import { HistorySection } from "./history.js";
 import { ManageSection } from "./manage.js";
 import { CONFLICTS, STATE_TEXT, editOutcome, turnOutcome, undoOutcome } from "./model.js";
@@ -190,59 +191,10 @@ export class MemoryPanel {
     }
   }
 
-  // "Wrong" on an entry under an answer's sources: removed through the one way in, in the
-  // entry's own scope, with history source `sources`. Answers the change's id, for Undo (null:
-  // not removed; the notice says why).
-  async wrongEntry(entry) {
-    const where = entry.project_id ? `?project_id=${encodeURIComponent(entry.project_id)}` : "";
-    try {
-      const after = await this.client.request(`/v1/memory/operations${where}`, { method: "POST",
-        body: { source: "sources", operations: [{ target: entry.target, action: "remove", match: entry.text }] } });
-      if ((entry.project_id || null) === this.scope) this.show(after);
-      const recent = await this.client.request(`/v1/memory/history${where}${where ? "&" : "?"}limit=5`);
-      const change = recent.changes.find((item) => item.source === "sources"
-        && item.operations.some((operation) => operation.before === entry.text));
-      await this.loadExtras();
-      this.notice.show("Removed from memory as wrong.", "success");
-      return change ? change.id : null;
-    } catch (error) {
-      this.refused(error, "Not removed");
-      return null;
-    }
-  }
-
-  // Undo of a "Wrong": the entry is back (true), or the notice says why not.
-  async undoWrong(changeId, entry) {
-    const where = entry.project_id ? `?project_id=${encodeURIComponent(entry.project_id)}` : "";
-    try {
-      const after = await this.client.request(
-        `/v1/memory/history/${encodeURIComponent(changeId)}/undo${where}`, { method: "POST" });
-      if ((entry.project_id || null) === this.scope) this.show(after);
-      await this.loadExtras();
-      this.notice.show("Restored to memory.", "success");
-      return true;
-    } catch (error) {
-      this.refused(error, "Not restored");
-      return false;
-    }
-  }
-
-  // "History" on an entry under an answer: the panel opens at that entry, its history unfolded.
-  reveal(entry) {
-    this.onReveal();
-    const entries = this.root.querySelectorAll(".entry-origin");
-    const origin = [...entries].find((item) => item.dataset.target === entry.target
-      && item.dataset.entry === entry.text);
-    if (!origin) {
-      this.notice.show("That entry is no longer in this memory.", "info");
-      return;
-    }
-    if (!origin.hidden) origin.open = true;
-    const item = origin.closest(".entry");
-    item.scrollIntoView({ block: "center" });
-    item.classList.add("revealed");
-    setTimeout(() => item.classList.remove("revealed"), 2000);
-  }
+  // What an answer's sources do to an entry (Wrong, its Undo, History): ./entry-actions.js.
+  wrongEntry(entry) { return wrongEntry(this, entry); }
+  undoWrong(changeId, entry) { return undoWrong(this, changeId, entry); }
+  reveal(entry) { revealEntry(this, entry); }
 
   // A turn's memory event said `proposed`: show the new card now, not after the answer.
   proposalsChanged() {
