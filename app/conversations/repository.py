@@ -329,18 +329,17 @@ def add_message(
     conversation created with the same `stamp` needs no second write). `sources`: an
     answer's, as JSON."""
     stamp = stamp or now()
-    connection.execute(
-        _ADD,
-        {
-            "conversation_id": conversation_id,
-            "turn_id": turn_id,
-            "role": role,
-            "content": content,
-            "status": status,
-            "created_at": stamp,
-            "sources": sources,
-        },
-    )
+    values: dict[str, Any] = {
+        "conversation_id": conversation_id,
+        "turn_id": turn_id,
+        "role": role,
+        "content": content,
+        "status": status,
+        "created_at": stamp,
+    }
+    if sources is not None:  # without sources the row is written as before revision 0018
+        values["sources"] = sources
+    connection.execute(_ADD, values)
     if touch:
         connection.execute(_TOUCH, {"touched_id": conversation_id, "touched_at": stamp})
 

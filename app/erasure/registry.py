@@ -13,8 +13,10 @@ from sqlalchemy import Column, Connection, Table, delete, update
 
 from app.db.schema import (
     audit_log,
+    embedding_jobs,
     feature_flags,
     limit_counters,
+    message_embeddings,
     stream_slots,
     usage_daily,
     web_sessions,
@@ -55,6 +57,10 @@ class SubjectColumn:
 # Erased after memory state and transcripts, one transaction each, in this order.
 SUBJECT_COLUMNS: list[SubjectColumn] = [
     SubjectColumn(feature_flags, "updated_by", "clear"),
+    # Semantic search (revision 0016): a message's vector and its pending embedding job (both go
+    # with their message too; these steps catch any row whose message is already gone).
+    SubjectColumn(message_embeddings, "user_id"),
+    SubjectColumn(embedding_jobs, "user_id"),
     SubjectColumn(usage_daily, "user_id"),
     # Limit state: a user's counters and stream slots (an evaluation key's are keyed by a hash).
     SubjectColumn(limit_counters, "caller"),

@@ -53,6 +53,13 @@ ID_COLUMNS = {
     # Remember-until (revision 0017): the owner, and the document ('user', 'memory', a project).
     ("amem_memory_expiries", "user_id"): 128,
     ("amem_memory_expiries", "document"): 36,
+    # Semantic search (revision 0016): the owner, and the worker's lease on a job.
+    ("amem_message_embeddings", "user_id"): 128,
+    ("amem_embedding_jobs", "user_id"): 128,
+    ("amem_embedding_jobs", "lease_token"): 36,
+    # Browser sessions (revision 0019): the cookie secret's SHA-256 (hex) and the subject.
+    ("amem_web_sessions", "id_hash"): 64,
+    ("amem_web_sessions", "subject"): 128,
 }
 # Ids that may be absent: who set a flag, a change's or proposal's turn, conversation, undo,
 # and the turn that superseded a message.
@@ -69,6 +76,7 @@ NULLABLE_IDS = {
     ("amem_conversations", "project_id"),
     ("amem_memory_changes", "project_id"),
     ("amem_memory_proposals", "project_id"),
+    ("amem_embedding_jobs", "lease_token"),  # NULL: no worker holds the job
 }
 
 
