@@ -12,6 +12,7 @@ from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 import anyio
+import anyio.to_thread
 
 from app.db.admission import admitted
 
@@ -28,6 +29,19 @@ def use_executor(executor: Executor) -> None:
     loop = asyncio.get_running_loop()
     loop.set_default_executor(executor)
     _executors[loop] = executor
+
+
+async def drain_workers(seconds: float) -> None:
+    """Stop the running loop's worker threads taking work and wait, at most `seconds`, for the
+    calls they are still running (a late connect, a call its caller stopped waiting for). The
+    engine is disposed after this: a connection such a call hands back is then closed with the
+    pool instead of being left open for the garbage collector."""
+    executor = _executors.pop(asyncio.get_running_loop(), None)
+    if executor is None:
+        return
+    executor.shutdown(wait=False, cancel_futures=True)
+    with anyio.move_on_after(seconds):
+        await anyio.to_thread.run_sync(executor.shutdown, True, abandon_on_cancel=True)
 
 
 async def to_thread(func: Callable[..., T], /, *args: Any) -> T:

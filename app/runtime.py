@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from app.agent.agents import AgentRegistry
 from app.api.auth import DevTokens, TokenVerifier, build_verifier
-from app.concurrency import use_executor
+from app.concurrency import drain_workers, use_executor
 from app.conversations.service import ConversationService
 from app.db.admission import Admission, use_admission
 from app.db.engine import DatabaseLimits, build_engine, database_limits
@@ -80,6 +80,9 @@ class Runtime:
         if self.embeddings is not None:
             await self.embeddings.aclose()
         await self.agents.aclose()
+        # Calls still running end within their lease; their connections go back to the pool
+        # that `dispose` then closes.
+        await drain_workers(self.settings.db_operation_timeout_seconds)
         self.engine.dispose()
 
 
