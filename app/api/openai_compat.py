@@ -49,7 +49,7 @@ from app.api.sse import (
     EventStreamResponse,
     wait_for_disconnect,
 )
-from app.api.stream_bounds import accepted_until, response_seconds
+from app.api.stream_bounds import accepted_until, response_seconds, timed_send
 from app.api.ui_stream import sse_data
 from app.concurrency import to_thread
 from app.conversations.service import is_conversation_id
@@ -249,12 +249,14 @@ async def _chunks(
 class AnswerResponse(Response):
     """A non-streamed answer. The turn runs while this response is being served, watching the
     connection: a client that leaves before the answer cancels the turn, so nothing is
-    committed. Status and body are sent once the turn has ended."""
+    committed. Status and body are sent once the turn has ended, each send within the send
+    timeout: a client that never reads its answer does not hold the stream slot."""
 
     def __init__(self, events: AsyncGenerator[TurnEvent, None], collector: AnswerCollector) -> None:
         super().__init__(media_type="application/json")
         self.events = events
         self.collector = collector
+        self.send_timeout = SEND_TIMEOUT_SECONDS
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         answer: tuple[int, dict[str, Any]] | None = None
@@ -273,7 +275,8 @@ class AnswerResponse(Response):
             return
         status, body = answer
         headers = NO_RETRY if status == 504 else None
-        await JSONResponse(body, status_code=status, headers=headers)(scope, receive, send)
+        timed = timed_send(send, self.send_timeout)
+        await JSONResponse(body, status_code=status, headers=headers)(scope, receive, timed)
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

@@ -39,6 +39,19 @@ def seconds_left(identity: Identity, settings: Settings) -> float:
     return longest if until is None else max(0.0, min(longest, until - time.time()))
 
 
+def timed_send(send: Send, seconds: float) -> Send:
+    """`send`, each call of which raises `SendTimeoutError` past `seconds`: a client that stops
+    reading holds the response (and its stream slot) no longer than that."""
+
+    async def timed(message: Message) -> None:
+        with anyio.move_on_after(seconds) as waited:
+            await send(message)
+        if waited.cancelled_caught:
+            raise SendTimeoutError
+
+    return timed
+
+
 class BoundedDownload(StreamingResponse):
     """A streamed download that ends short (the connection closed, the body never looking
     whole) after `seconds`, or when one send waits longer than the send timeout."""
@@ -57,15 +70,9 @@ class BoundedDownload(StreamingResponse):
         self.send_timeout = send_timeout
 
     async def stream_response(self, send: Send) -> None:
-        async def timed(message: Message) -> None:
-            with anyio.move_on_after(self.send_timeout) as waited:
-                await send(message)
-            if waited.cancelled_caught:
-                raise SendTimeoutError
-
         try:
             with anyio.move_on_after(self.seconds) as whole:
-                await super().stream_response(timed)
+                await super().stream_response(timed_send(send, self.send_timeout))
         finally:
             close = getattr(self.body_iterator, "aclose", None)
             if close is not None:

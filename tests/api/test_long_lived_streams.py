@@ -8,7 +8,8 @@
 - A turn ends when its token stops being accepted (exp + AUTH_LEEWAY_SECONDS) with a final
   `token_expired` error, in each protocol; and at STREAM_MAX_SECONDS whatever its own deadline.
 - An export whose client stops reading ends short (never looking whole) at STREAM_MAX_SECONDS
-  or at the token's expiry, and its slot is free again.
+  or at the token's expiry, and its slot is free again; a non-streamed answer not read ends
+  at the send timeout.
 """
 
 from __future__ import annotations
@@ -17,15 +18,18 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator, MutableMapping
 from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import Engine
 
+from app.agent.events import DeltaEvent, DoneEvent, StartEvent, TurnEvent, Usage
+from app.agent.openai_wire import AnswerCollector, Completion
 from app.api import ui_stream
-from app.api.sse import SEND_TIMEOUT_SECONDS
+from app.api.openai_compat import AnswerResponse
+from app.api.sse import SEND_TIMEOUT_SECONDS, SendTimeoutError
 from app.conversations import repository as transcripts
 from app.main import create_app
 from app.operators.limits import Caller
@@ -254,3 +258,32 @@ def test_an_export_read_to_its_end_is_whole(engine: Engine, db_url: str) -> None
         assert len(document["conversations"][0]["messages"]) == 20
         store = app.state.runtime.limits
         wait_for(lambda: store.open_slots(Caller.user(user)) == 0, "the slot freed")
+
+
+async def test_a_plain_answer_gives_up_on_a_client_that_never_reads() -> None:
+    """Invariant: the non-streamed OpenAI-compatible answer sends within the send timeout too:
+    a client that never reads its body ends the response (and frees its slot) instead of
+    holding it for as long as it likes."""
+
+    async def turn() -> AsyncGenerator[TurnEvent, None]:
+        yield StartEvent(conversation_id=None, turn_id="t1", memory_status="available")
+        yield DeltaEvent("An answer nobody reads.")
+        yield DoneEvent(finish_reason="stop", usage=Usage(1, 1))
+
+    sent: list[str] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the client never disconnects either
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message["type"])
+        if message["type"] == "http.response.body":
+            await asyncio.Event().wait()  # the client's window stays full
+
+    response = AnswerResponse(turn(), AnswerCollector(Completion("chatcmpl-t1", 0, "m")))
+    response.send_timeout = 0.2
+    scope = {"type": "http", "method": "POST", "path": "/openai/v1/chat/completions"}
+    with pytest.raises(SendTimeoutError):
+        await asyncio.wait_for(response(scope, receive, send), timeout=ENDS_WITHIN)
+    assert sent == ["http.response.start", "http.response.body"]
