@@ -5,10 +5,11 @@
 
 import { el } from "../dom.js";
 
-// `extras`: the panel's `{changes, proposals}`; `rejected`: turn ids whose proposal the person
-// rejected in this page. `outcome`: the turn's memory event outcome when the page saw it.
+// `extras`: the panel's `{changes, proposals, next}` (`next`: history reaches further back than
+// `changes`); `rejected`: turn ids whose proposal the person rejected in this page. `outcome`:
+// the turn's memory event outcome when the page saw it.
 // Returns `{text, kind}`, or null when nothing is known (the history page may not reach back).
-export function turnLabel(turnId, outcome, { changes, proposals }, rejected = new Set()) {
+export function turnLabel(turnId, outcome, { changes, proposals, next = null }, rejected = new Set()) {
   if (proposals.some((proposal) => proposal.turn_id === turnId)) {
     return { text: "Waiting for your approval", kind: "pending", outcome: "proposed" };
   }
@@ -20,6 +21,8 @@ export function turnLabel(turnId, outcome, { changes, proposals }, rejected = ne
     return undone ? { text: `${saved}, then undone`, kind: "" } : { text: saved, kind: "success" };
   }
   if (outcome === "proposed") {
+    // History read only in part (an older answer): an approval may lie beyond the page read.
+    if (next && !rejected.has(turnId)) return { text: "Proposal no longer waiting", kind: "" };
     return rejected.has(turnId)
       ? { text: "Not saved: you rejected it", kind: "" }
       : { text: "Not saved: the proposal was rejected or expired", kind: "" };
