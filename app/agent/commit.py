@@ -13,7 +13,7 @@ from opentelemetry import trace
 from app.agent.context import TurnContext
 from app.agent.events import CommitOutcome, FinishReason, MemoryEvent
 from app.agent.request import TurnServices
-from app.agent.sources import change_sources
+from app.agent.sources import MemoryUpdate, change_sources
 from app.concurrency import finish_even_if_cancelled
 from app.memory.flags import FlagStatus
 from app.memory.ledger import MemoryLedger
@@ -47,7 +47,16 @@ class CommitPoint:
 
     async def settle(self, ctx: TurnContext, finish: FinishReason) -> Settled:
         """A turn that ended at the tool limit or was cut by the token limit has no final
-        answer and discards what it staged (`failed`, with that reason)."""
+        answer and discards what it staged (`failed`, with that reason). What became of staged
+        edits goes into the turn's sources too (a reload labels the answer's chip from it)."""
+        staged = ctx.ledger is not None and bool(ctx.ledger.staged)
+        settled = await self._settle(ctx, finish)
+        if staged:
+            event = settled.event
+            ctx.sources.memory_update = MemoryUpdate(event.outcome, event.reason)
+        return settled
+
+    async def _settle(self, ctx: TurnContext, finish: FinishReason) -> Settled:
         ledger = ctx.ledger
         if ledger is None or not ledger.staged:
             # Without a read, the baseline's counts are not the stored ones: none are claimed.

@@ -76,13 +76,28 @@ class ChangeSource:
         }
 
 
+@dataclass(frozen=True)
+class MemoryUpdate:
+    """What became of the edits the turn's memory tool staged: the outcome and reason of its
+    `memory` event (`none`: they changed nothing, the facts were already remembered). Kept with
+    the answer, so that a reload labels its memory chip as the live turn did."""
+
+    outcome: str
+    reason: str | None = None
+
+    def data(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "reason": self.reason}
+
+
 @dataclass
 class TurnSources:
-    """What one turn was given and did; filled as the turn runs (request-local, never shared)."""
+    """What one turn was given and did; filled as the turn runs (request-local, never shared).
+    `memory_update` is set only when the memory tool staged edits."""
 
     memory: list[MemorySource] = field(default_factory=list)
     conversations: list[ConversationSource] = field(default_factory=list)
     changes: list[ChangeSource] = field(default_factory=list)
+    memory_update: MemoryUpdate | None = None
 
     def given(self, snippets: Iterable[ConversationSource]) -> None:
         """Snippets the model was given; a message given twice (recall, then search) is listed
@@ -94,11 +109,14 @@ class TurnSources:
                 self.conversations.append(source)
 
     def data(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "memory": [source.data() for source in self.memory],
             "conversations": [source.data() for source in self.conversations],
             "changes": [source.data() for source in self.changes],
         }
+        if self.memory_update is not None:
+            data["memory_update"] = self.memory_update.data()
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.data(), ensure_ascii=False, separators=(",", ":"))

@@ -159,6 +159,8 @@ async def read_conversation(
 
 def _message(message: StoredMessage) -> dict[str, Any]:
     view: dict[str, Any] = {
+        # The id search results and an answer's sources name as `message_id`.
+        "id": message.id,
         "role": message.role,
         "content": message.content,
         "status": message.status,

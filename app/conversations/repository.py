@@ -59,6 +59,8 @@ class StoredMessage:
     superseded_by: str | None = None
     # An answer's sources as stored (JSON, app/agent/sources.py); None: none were recorded.
     sources: str | None = None
+    # The message's row id (what search results and an answer's sources name as message_id).
+    id: int | None = None
 
 
 def now() -> datetime:
@@ -304,13 +306,14 @@ def messages_page(
 ) -> list[tuple[int, StoredMessage]]:
     """Up to `limit` messages, oldest first, those after the message id `after`, each with its
     id (the next page's `after`)."""
-    query = select(conversation_messages.c.id, *_MESSAGES.selected_columns).where(
+    query = select(*_MESSAGES.selected_columns).where(
         conversation_messages.c.conversation_id == conversation_id
     )
     if after is not None:
         query = query.where(conversation_messages.c.id > after)
     rows = connection.execute(query.order_by(conversation_messages.c.id).limit(limit))
-    return [(row[0], StoredMessage(*row[1:])) for row in rows]
+    stored = [StoredMessage(*row) for row in rows]
+    return [(message.id or 0, message) for message in stored]
 
 
 def add_message(
@@ -425,6 +428,7 @@ _MESSAGES = select(
     conversation_messages.c.created_at,
     conversation_messages.c.superseded_by,
     conversation_messages.c.sources,
+    conversation_messages.c.id,
 ).where(_IN_CONVERSATION)
 _CURRENT = conversation_messages.c.superseded_by.is_(None)
 _BEFORE = conversation_messages.c.id < bindparam("before_id", type_=Integer())

@@ -1,11 +1,12 @@
 """Sources of an answer over real HTTP/SSE on SQLite, PostgreSQL and MariaDB, read against the
 request the scripted model actually received: `memory` is exactly the entries of the prompt's
 memory block (a withheld entry is not one), `conversations` exactly the snippets of the search
-tool's answer, `changes` what the turn committed or proposed. The `sources` event comes right
-before `done`; the stored answer carries the same object (a reload shows it) and so does the
-export; deleting the conversation or erasing the person leaves no row that holds them.
-"Wrong" is the person's own removal through POST /v1/memory/operations with `source:
-"sources"`: history says so, and undo restores the entry."""
+tool's answer (each naming its message by the `id` the conversation's GET gives it), `changes`
+what the turn committed or proposed, `memory_update` what became of the staged edits. The
+`sources` event comes right before `done`; the stored answer carries the same object (a reload
+shows it) and so does the export; deleting the conversation or erasing the person leaves no row
+that holds them. "Wrong" is the person's own removal through POST /v1/memory/operations with
+`source: "sources"`: history says so, and undo restores the entry."""
 
 from __future__ import annotations
 
@@ -119,6 +120,7 @@ def test_sources_are_what_the_model_was_given_and_survive_a_reload(
             headers=dev_auth("alice"),
         ).json()["results"]
         reloaded = get(url, f"/v1/conversations/{conversation_id}").json()
+        cited = get(url, f"/v1/conversations/{earlier_id}").json()["messages"]
         exported = get(url, "/v1/memory/export").json()
         deleted = httpx.delete(
             f"{url}/v1/conversations/{conversation_id}", headers=dev_auth("alice")
@@ -139,9 +141,17 @@ def test_sources_are_what_the_model_was_given_and_survive_a_reload(
     ids = {r["message_id"] for r in found}
     assert {c["message_id"] for c in sources["conversations"]} <= ids
     assert all(c["via"] == "search" for c in sources["conversations"])
+    # Each snippet's message_id is the `id` of that message in its conversation (the web client
+    # opens the conversation there), and ids are distinct.
+    by_id = {message["id"]: message for message in cited}
+    assert len(by_id) == len(cited) and all(isinstance(key, int) for key in by_id)
+    for source in sources["conversations"]:
+        words = re.findall(r"\w+", source["snippet"].replace("…", " "))
+        assert all(word in by_id[source["message_id"]]["content"] for word in words), source
     assert sources["changes"] == [
         {"target": "user", "action": "add", "text": NEW_ENTRY, "outcome": "committed"}
     ]
+    assert sources["memory_update"] == {"outcome": "committed", "reason": None}
     answer = reloaded["messages"][-1]
     assert answer["role"] == "assistant" and answer["sources"] == sources
     assert "sources" not in reloaded["messages"][-2]  # the person's message has none
@@ -195,6 +205,30 @@ def test_a_proposed_change_is_listed_as_proposed(engine: Engine, db_url: str) ->
     assert first(events, "memory").data["outcome"] == "proposed"
     assert first(events, "sources").data["changes"] == [
         {"target": "user", "action": "add", "text": NEW_ENTRY, "outcome": "proposed"}
+    ]
+    assert first(events, "sources").data["memory_update"] == {"outcome": "proposed", "reason": None}
+
+
+def test_what_became_of_staged_edits_is_kept_with_the_answer(engine: Engine, db_url: str) -> None:
+    """`memory_update` is the memory event's outcome when the memory tool staged edits, on the
+    event and the stored answer: `none` for a fact already remembered (no change is listed), and
+    absent from a turn that staged nothing (a reload labels the answer's chip from it)."""
+    add = {"target": "user", "action": "add", "content": ENTRY_USER}
+    model = ScriptedModel([memory_call(add), Text("Known."), Text("Plain.")])
+    with serve_with_model(settings_for(db_url), model) as url:
+        operations(url, "alice", add)
+        events = chat(url, "alice", {"message": "remember the bees"})
+        conversation_id = first(events, "start").data["conversation_id"]
+        plain = chat(url, "alice", {"message": "hello", "conversation_id": conversation_id})
+        stored = get(url, f"/v1/conversations/{conversation_id}").json()["messages"]
+    assert first(events, "memory").data["outcome"] == "none"
+    sources = first(events, "sources").data
+    assert sources["changes"] == []
+    assert sources["memory_update"] == {"outcome": "none", "reason": None}
+    assert "memory_update" not in first(plain, "sources").data
+    assert [m["sources"] for m in stored if m["role"] == "assistant"] == [
+        sources,
+        first(plain, "sources").data,
     ]
 
 

@@ -3,9 +3,11 @@ line opens the list of what the answer was given (the entry's text, a link to it
 "Wrong" removes the entry in one click with Undo (history says it was removed under an
 answer); a reload shows the same sources; under "Ask before saving", "Wrong" first opens a
 proposal to remove it. The memory panel's "Recall earlier chats" switch is the person's
-`recall_chats` setting."""
+`recall_chats` setting. An earlier chat's link opens it at the cited message (issue 52)."""
 
 from __future__ import annotations
+
+import json
 
 import httpx
 import pytest
@@ -16,6 +18,8 @@ from tests.e2e.web import (
     REMEMBER,
     SAVED_ENTRY,
     close_drawer,
+    conversation,
+    inside_viewport,
     open_memory,
     send,
     settled,
@@ -115,3 +119,64 @@ def test_under_ask_before_saving_wrong_proposes_first(server: str, page: Page, s
     ).click()
     expect(entry.locator(".source-removed")).to_contain_text("Removed from memory.")
     assert memory_of(server, token)["user"]["entries"] == []
+
+
+def turn(base: str, token: str, message: str, conversation_id: str | None = None) -> str:
+    """One whole turn through the API, in `conversation_id` (None: a new one); its id."""
+    body: dict[str, str] = {"message": message}
+    if conversation_id is not None:
+        body["conversation_id"] = conversation_id
+    with httpx.stream(
+        "POST",
+        f"{base}/v1/chat",
+        json=body,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    ) as response:
+        response.raise_for_status()
+        lines = [line for line in response.iter_lines() if line.startswith("data:")]
+    started = json.loads(lines[0].removeprefix("data:"))
+    return str(started["conversation_id"])
+
+
+CITED = "My grandmother ran a bakery in Zanzibar that sold cardamom buns"
+
+
+def test_an_earlier_chats_link_opens_it_at_the_cited_message(
+    server: str, page: Page, screen: str
+) -> None:
+    """With "Recall earlier chats" on, an answer lists the earlier conversation it was given;
+    its link opens that conversation (its address too) scrolled to the cited message, which is
+    highlighted for a moment, far above the conversation's end."""
+    token = sign_in(page, server, f"cite-{screen}")
+    earlier = turn(server, token, CITED)
+    for number in range(12):
+        turn(server, token, f"Filler question number {number} about the weather", earlier)
+    httpx.put(
+        f"{server}/v1/memory/settings",
+        json={"recall_chats": True},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=10,
+    ).raise_for_status()
+    answer = send(page, "what about the bakery in Zanzibar and its cardamom buns?")
+    settled(page, 1)
+    sources = open_sources(answer)
+    link = sources.locator(".source-chat-link").first
+    expect(link).to_have_attribute("href", f"/c/{earlier}")
+    cited_id = int(link.get_attribute("data-message") or "0")
+    stored = {m["id"]: m for m in conversation(server, token, earlier)["messages"]}
+    assert "Zanzibar" in stored[cited_id]["content"]
+    link.click()
+
+    expect(page).to_have_url(f"{server}/c/{earlier}")
+    expect(page.locator("#messages > li.message")).to_have_count(26)
+    cited = page.locator("#messages > li.message.cited-message")
+    expect(cited).to_have_count(1)
+    expect(cited.locator(".content")).to_contain_text(stored[cited_id]["content"][:40])
+    assert inside_viewport(page, cited)
+    assert not inside_viewport(page, page.locator("#messages > li.message").last)
+    # Briefly: the highlight goes; the view stays at the message.
+    expect(page.locator("#messages .cited-message")).to_have_count(0, timeout=6_000)
+    assert inside_viewport(
+        page, page.locator("#messages > li.message").nth(list(stored).index(cited_id))
+    )

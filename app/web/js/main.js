@@ -253,7 +253,9 @@ function wire() {
     const link = event.target.closest("a[data-conversation], a[data-project]");
     if (!link || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
     event.preventDefault();
-    if (link.dataset.conversation) chat.open(link.dataset.conversation);
+    // A message an answer's sources cite (data-message): opened there, briefly highlighted.
+    const cited = link.dataset.message ? { messageId: Number(link.dataset.message) } : null;
+    if (link.dataset.conversation) chat.open(link.dataset.conversation, cited);
     else chat.newConversation({ projectId: link.dataset.project });
   });
   for (const suggestion of document.querySelectorAll(".suggestion")) {

@@ -74,6 +74,15 @@ export class Answer {
     return chip;
   }
 
+  // A stored answer's memory chip (memory/status.js `storedLabel`), as the turn left it: the
+  // panel's history and proposals relabel it as they do a live one.
+  memoryChip({ text, kind, outcome }) {
+    const chip = this.chip(text);
+    chip.className = `chip memory-chip ${kind}`.trim();
+    chip.dataset.outcome = outcome;
+    if (this.element.dataset.turn) chip.dataset.turn = this.element.dataset.turn;
+  }
+
   note(text, kind = "") {
     this.notes.append(el("p", { className: `note ${kind}`.trim(), text }));
     this.view.changed();

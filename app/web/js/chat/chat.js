@@ -77,7 +77,8 @@ export class Chat {
     this.view.showNotFound(() => this.newConversation(), { what: "Project" });
   }
 
-  // `hit` (a search result: role and created_at of one message) opens the conversation there.
+  // `hit` opens the conversation at one message: a search result (its role and created_at) or
+  // a message an answer's sources cite (`messageId`, its id), briefly highlighted there.
   // onNavigate gets the time the opening began: a drawer opened since stays open.
   async open(id, hit = null, { fromAddress = false } = {}) {
     if (this.turn) return;
@@ -109,7 +110,10 @@ export class Chat {
     this.view.showTranscript(conversation.messages);
     this.place(id, conversation.project_id);
     this.memory.relabel();
-    if (hit) {
+    if (hit && hit.messageId !== undefined) {
+      this.view.reveal(conversation.messages.findIndex((message) => message.id === hit.messageId),
+        { flash: true });
+    } else if (hit) {
       this.view.reveal(conversation.messages.findIndex(
         (message) => message.role === hit.role && message.created_at === hit.created_at));
     }
@@ -178,6 +182,7 @@ export class Chat {
       this.onTitle(this.conversations.titleOf(this.conversationId), this.conversationId);
     }
     turn.labelMemory(await this.memory.turnEnded(turn, before));
+    this.memory.relabel(); // labelled as a reload labels it (memory/status.js)
     this.onSettled();
   }
 

@@ -8,7 +8,11 @@
 
 import { button, el } from "../dom.js";
 import { timeElement } from "../time.js";
+import { storedLabel } from "../memory/status.js";
 import { Answer, answerOf } from "./answer.js";
+
+// How long a message an answer cited stays highlighted once its link opened it.
+const CITED_MS = 2500;
 
 function plural(count, one, many) {
   return `${count} ${count === 1 ? one : many}`;
@@ -136,6 +140,8 @@ export class MessageView {
     }
     answer.finish(message.created_at);
     if (message.sources) answer.showSources(message.sources);
+    const memory = storedLabel(message.sources);
+    if (memory) answer.memoryChip(memory);
     return answer.element;
   }
 
@@ -262,13 +268,18 @@ export class MessageView {
 
   // A search hit: the message at `index` of the transcript, scrolled to and marked (following
   // stops, so the view stays there until the person scrolls or jumps to the latest). A hit in
-  // an earlier version opens its fold.
-  reveal(index) {
+  // an earlier version opens its fold. `flash`: a cited message, highlighted for a moment.
+  reveal(index, { flash = false } = {}) {
     const item = (this.transcript || [])[index];
     if (!item) return;
     const fold = item.closest("details");
     if (fold) fold.open = true;
-    item.classList.add("search-hit-message");
+    if (flash) {
+      item.classList.add("cited-message");
+      setTimeout(() => item.classList.remove("cited-message"), CITED_MS);
+    } else {
+      item.classList.add("search-hit-message");
+    }
     this.follower.pinned = false;
     item.scrollIntoView({ block: "center" });
     this.follower.lastTop = this.follower.scroller.scrollTop;

@@ -20,8 +20,8 @@ import { originHistory, originOf, originsOf, originText } from "./origins.js";
 import { ProposalsSection } from "./proposals.js";
 
 const HISTORY_PAGE = 50;
-const NO_EXTRAS = { changes: [], next: null, proposals: [], saveMode: null, recallChats: false,
-  titles: new Map() };
+const NO_EXTRAS = { loaded: false, changes: [], next: null, proposals: [], saveMode: null,
+  recallChats: false, titles: new Map() };
 
 export class MemoryPanel {
   // onChanged(extras, rejected): history or proposals changed (accept, reject, undo, expiry,
@@ -131,6 +131,7 @@ export class MemoryPanel {
       ]);
       if (client !== this.client || scope !== this.scope) return;
       this.extras = {
+        loaded: true,
         changes: more ? [...this.extras.changes, ...history.changes] : history.changes,
         next: history.next,
         proposals: proposals.proposals,

@@ -5,10 +5,11 @@
 
 import { el } from "../dom.js";
 
-// `extras`: the panel's `{changes, proposals}`; `rejected`: turn ids whose proposal the person
-// rejected in this page. `outcome`: the turn's memory event outcome when the page saw it.
+// `extras`: the panel's `{changes, proposals, next}` (`next`: history reaches further back than
+// `changes`); `rejected`: turn ids whose proposal the person rejected in this page. `outcome`:
+// the turn's memory event outcome when the page saw it.
 // Returns `{text, kind}`, or null when nothing is known (the history page may not reach back).
-export function turnLabel(turnId, outcome, { changes, proposals }, rejected = new Set()) {
+export function turnLabel(turnId, outcome, { changes, proposals, next = null }, rejected = new Set()) {
   if (proposals.some((proposal) => proposal.turn_id === turnId)) {
     return { text: "Waiting for your approval", kind: "pending", outcome: "proposed" };
   }
@@ -20,6 +21,8 @@ export function turnLabel(turnId, outcome, { changes, proposals }, rejected = ne
     return undone ? { text: `${saved}, then undone`, kind: "" } : { text: saved, kind: "success" };
   }
   if (outcome === "proposed") {
+    // History read only in part (an older answer): an approval may lie beyond the page read.
+    if (next && !rejected.has(turnId)) return { text: "Proposal no longer waiting", kind: "" };
     return rejected.has(turnId)
       ? { text: "Not saved: you rejected it", kind: "" }
       : { text: "Not saved: the proposal was rejected or expired", kind: "" };
@@ -27,7 +30,29 @@ export function turnLabel(turnId, outcome, { changes, proposals }, rejected = ne
   return null;
 }
 
+// The memory chip of a stored answer, labelled as the live chip was when its turn ended
+// (model.js `turnOutcome`): from what became of the edits the memory tool staged
+// (`sources.memory_update`), or, for an answer stored before that was kept, from the changes
+// its sources list. Null when the turn staged nothing. The panel's history and proposals then
+// relabel it as they do a live chip.
+const STORED_CHIPS = {
+  committed: { text: "Memory updated", kind: "success" },
+  none: { text: "Already in memory", kind: "info" },
+  proposed: { text: "Waiting for your approval", kind: "pending" },
+  failed: { text: "Memory not saved", kind: "error" },
+};
+
+export function storedLabel(sources) {
+  let outcome = sources?.memory_update?.outcome;
+  if (!outcome) {
+    const listed = new Set((sources?.changes || []).map((change) => change.outcome));
+    outcome = ["proposed", "committed"].find((candidate) => listed.has(candidate));
+  }
+  return STORED_CHIPS[outcome] ? { ...STORED_CHIPS[outcome], outcome } : null;
+}
+
 export function relabelTurns(list, extras, rejected) {
+  if (!extras.loaded) return; // history and proposals not read yet: nothing is known
   for (const answer of list.querySelectorAll(".message.assistant[data-turn]")) {
     const chip = answer.querySelector(".memory-chip");
     const label = turnLabel(answer.dataset.turn, chip ? chip.dataset.outcome : null, extras, rejected);
