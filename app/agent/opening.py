@@ -1,19 +1,25 @@
-"""The start of a turn: read the flag and memory fail-open, store the user's message, all by one
-deadline, and build the turn's context."""
+"""The start of a turn, one phase with one owner for every route: the admission under the
+caller's limits with the user message's write in its transaction and the memory read on its
+connection (`admit`, before the response: a refusal is a plain 429), then in the stream the flag
+read, whatever of the two the admission's transaction could not do (it failed), all by one
+deadline, and the turn's context (`open_turn`). Memory reads fail open."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import structlog
+from sqlalchemy import Connection
 
 from app.agent.context import TurnContext
 from app.agent.events import TranscriptStatus
 from app.agent.failures import TurnFailure
-from app.agent.request import MemoryRead, TurnRequest, TurnServices
+from app.agent.request import MemoryRead, MessageWrite, TurnRequest, TurnServices
 from app.concurrency import CancelFlag
+from app.conversations.service import new_conversation_id
 from app.db.admission import DatabaseBusyError, admitted
 from app.db.deadline import DeadlineExceededError, within
 from app.erasure import audit
@@ -23,6 +29,7 @@ from app.memory.provenance import SaveMode
 from app.memory.render import MemoryStatus
 from app.memory.rules import Snapshot
 from app.memory.service import MemoryUnavailableError
+from app.operators.limits import Caller, Limits, LimitStore
 from app.telemetry import memory_read_failed
 
 log = structlog.get_logger(__name__)
@@ -49,6 +56,69 @@ BUSY_MESSAGE = "The service is too busy to start this turn; retry shortly."
 STORE_AFTER_SECONDS = 0.02
 
 
+@dataclass(frozen=True)
+class Gate:
+    """Who a turn is admitted as and under which limits, and the store that counts them."""
+
+    store: LimitStore
+    caller: Caller
+    limits: Limits
+
+
+async def admit(
+    request: TurnRequest,
+    services: TurnServices,
+    gate: Gate,
+    *,
+    turn_id: str,
+    uses_memory: bool,
+) -> TurnRequest:
+    """Admit the turn (RateLimited when refused, with nothing read or written) with the user
+    message stored in the admission's transaction, then the caller's memory read on its
+    connection once it committed; returns the request carrying the admission, the write as
+    tried (`MessageWrite`) and the read (`MemoryRead`, awaited by `open_turn`). A write or read
+    the turn does not do is not tried; one that the failed transaction could not do is left
+    to `open_turn`."""
+    message = _message_write(request, services, turn_id)
+    read = _memory_read(request, services, uses_memory)
+    write = message[1] if message is not None else None
+    admission, stored, memory = await gate.store.admit_with(gate.caller, gate.limits, write, read)
+    written = MessageWrite(message[0], committed=stored is not None) if message else None
+    return replace(request, admission=admission, written=written, memory_read=memory)
+
+
+def _message_write(
+    request: TurnRequest, services: TurnServices, turn_id: str
+) -> tuple[str, Callable[[Connection], str]] | None:
+    """The user message's write as work for the admission's transaction, and the conversation
+    it goes into (the existing one, or the id a new one takes); None: nothing to store."""
+    conversations, user_id = services.conversations, request.user_id
+    if user_id is None or not request.store_transcript or conversations is None:
+        return None
+    conversation_id = request.conversation_id or new_conversation_id()
+    return conversation_id, conversations.user_message(
+        user_id,
+        turn_id,
+        request.message,
+        conversation_id=conversation_id,
+        new=request.conversation_id is None,
+        project_id=request.project_id,
+        replaces=request.replaces,
+        temporary=request.temporary,
+    )
+
+
+def _memory_read(
+    request: TurnRequest, services: TurnServices, uses_memory: bool
+) -> Callable[[Connection], tuple[Snapshot, SaveMode]] | None:
+    """The memory read after the admission, in the scope `_load_memory` reads (fixed by the
+    request, never the model); None when the turn reads no memory."""
+    memory, user_id = services.memory, request.user_id
+    if user_id is None or not uses_memory or memory is None or request.temporary:
+        return None
+    return memory.read_with_save_mode_on(user_id, Scope(request.project_id, owner=False))
+
+
 async def open_turn(
     request: TurnRequest,
     services: TurnServices,
@@ -66,7 +136,7 @@ async def open_turn(
     fails with `database_busy` before anything is answered (a turn that cannot be stored is
     never answered silently)."""
     # A worker slot (app/db/admission.py) for each of the memory read (after the flag read) and
-    # the message's write that it still has to do: the route's admission may have done both.
+    # the message's write that it still has to do: the admission has usually done both.
     slots = (request.memory_read is None) + (request.stored_in is None)
     try:
         async with admitted(slots) if slots else contextlib.nullcontext():
@@ -90,7 +160,7 @@ async def _open(
     opened_at = flags.now() if flags is not None else None
     begun_at = audit.now()
     deadline = asyncio.get_running_loop().time() + services.settings.memory_read_timeout_seconds
-    conversation_id: str | None = request.stored_in  # stored by the route, with its admission
+    conversation_id: str | None = request.stored_in  # stored with the admission (`admit`)
     transcript: TranscriptStatus
     if conversation_id is not None:
         memory = await _load_memory(request, services, turn_id, uses_memory, deadline)
@@ -160,8 +230,8 @@ async def _load_memory(
         # document only when the project is opted into it), fixed by the request, never by
         # anything the model says.
         scope = Scope(request.project_id, owner=False)
-        if request.memory_read is not None:  # read by the route, with the same scope
-            snapshot, mode = await _read_by_route(request.memory_read, remaining(deadline))
+        if request.memory_read is not None:  # read after the admission, in the same scope
+            snapshot, mode = await _read_after_admission(request.memory_read, remaining(deadline))
         elif flag == "enabled" and services.control is not None:
             # The save mode words the turn (its edits saved, or held for approval); it is read
             # with the memory. The commit point reads it again under the writer lock: this
@@ -181,9 +251,9 @@ async def _load_memory(
     return _Memory("available", snapshot, MemoryLedger(snapshot), save_mode=mode)
 
 
-async def _read_by_route(read: MemoryRead, seconds: float) -> tuple[Snapshot, SaveMode]:
-    """The route's read (`TurnRequest.memory_read`) by the turn's deadline, failing as the
-    opening's own read fails (`MemoryService.read_with_save_mode_async`)."""
+async def _read_after_admission(read: MemoryRead, seconds: float) -> tuple[Snapshot, SaveMode]:
+    """The read `admit` started (`TurnRequest.memory_read`) by the turn's deadline, failing as
+    the opening's own read fails (`MemoryService.read_with_save_mode_async`)."""
     try:
         return await read.result(seconds)
     except DeadlineExceededError as error:
@@ -202,7 +272,7 @@ async def _store_message(
     if user_id is None or not request.store_transcript or conversations is None:
         return existing, "disabled"
     message, seconds = request.message, remaining(deadline)
-    # The route's try with its admission failed (`MessageWrite`): it may have committed anyway.
+    # The try with the admission failed (`MessageWrite`): it may have committed anyway.
     tried = request.written
     try:
         if existing is None:

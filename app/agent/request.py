@@ -31,16 +31,16 @@ class HistoryMessage:
 
 @dataclass(frozen=True)
 class MessageWrite:
-    """The user message's write as the route tried it, in its admission's transaction
-    (`LimitStore.admit_with`): into `conversation_id`, the existing conversation or the id a new
-    one takes. `committed`: stored. Otherwise the opening stores it, looking first for a commit
-    the failed try may have made all the same."""
+    """The user message's write as the turn's admission tried it, in its transaction
+    (`opening.admit`, `LimitStore.admit_with`): into `conversation_id`, the existing
+    conversation or the id a new one takes. `committed`: stored. Otherwise the opening stores
+    it, looking first for a commit the failed try may have made all the same."""
 
     conversation_id: str
     committed: bool
 
 
-# The caller's memory and save mode, read on the connection of the route's admission once it
+# The caller's memory and save mode, read on the connection of the turn's admission once it
 # has committed (`LimitStore.admit_with`), awaited by the turn's start.
 MemoryRead = Later[tuple[Snapshot, SaveMode]]
 
@@ -67,14 +67,14 @@ class TurnRequest:
     # A temporary chat (docs/privacy.md): the turn reads no memory and is offered no memory,
     # search or recall; its conversation row says so (`Conversation.temporary`).
     temporary: bool = False
-    # The admission the route took the turn's stream slot with: the transaction of the turn's
-    # answer row frees the slot (`LimitStore.release_with`). None: no slot to free.
+    # The three below are set by the turn's start (`Turn.start`, `opening.admit`), never by a
+    # route. The admission that took the turn's stream slot: the transaction of the turn's
+    # answer row frees the slot (`LimitStore.release_with`). None: not admitted yet.
     admission: Admission | None = None
-    # The user message's write, when the route tried it with the admission (None: the opening
-    # stores the message).
+    # The user message's write, as the admission tried it (None: the turn stores no message).
     written: MessageWrite | None = None
-    # The memory read the route started after its admission: the opening awaits it instead of
-    # reading (None: it reads).
+    # The memory read begun after the admission: the opening awaits it instead of reading
+    # (None: it reads, when the turn reads memory at all).
     memory_read: MemoryRead | None = None
     # When the caller's token stops being accepted (epoch seconds): the turn ends there with
     # `token_expired`, as it ends at its deadline. None: no token (the evaluation route).
@@ -85,7 +85,8 @@ class TurnRequest:
 
     @property
     def stored_in(self) -> str | None:
-        """The conversation the route stored the message in (None: the opening stores it)."""
+        """The conversation the admission stored the message in (None: the opening stores it,
+        or the turn stores none)."""
         written = self.written
         return written.conversation_id if written is not None and written.committed else None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from opentelemetry import trace
 
@@ -21,13 +21,13 @@ from app.agent.commit import CommitPoint, Settled
 from app.agent.context import TurnContext, new_turn_id
 from app.agent.events import DoneEvent, ErrorEvent, SourcesEvent, StartEvent, TurnEvent
 from app.agent.failures import TurnFailure, failure_event
-from app.agent.opening import open_turn
+from app.agent.opening import Gate, admit, open_turn
 from app.agent.recall import recall_for_turn
 from app.agent.request import TurnRequest, TurnServices
 from app.agent.rounds import Progress, run_rounds
 from app.concurrency import CancelFlag, finish_even_if_cancelled
 from app.conversations.repository import MessageStatus
-from app.operators.limits import SlotRelease
+from app.operators.limits import Admission, SlotRelease
 from app.operators.usage import TurnUsage
 from app.telemetry import capture_content, start_span, turn_context, turn_finished
 
@@ -50,7 +50,21 @@ def token_seconds_left(accepted_until: float | None) -> float | None:
 
 
 class Turn:
-    """One turn. Build it, then `await run(emit)` (or iterate `streaming.stream_turn`)."""
+    """One turn. Start it (`Turn.start`: every route's one way in), then `await run(emit)` (or
+    iterate `streaming.stream_turn`)."""
+
+    @classmethod
+    async def start(
+        cls, agent: Agent, request: TurnRequest, services: TurnServices, gate: Gate
+    ) -> Turn:
+        """The turn admitted under `gate`'s limits (RateLimited when refused: nothing read or
+        written), its user message stored and its memory read begun with the admission
+        (app/agent/opening.py); the route then only responds with it."""
+        turn_id = new_turn_id()
+        admitted = await admit(
+            request, services, gate, turn_id=turn_id, uses_memory=agent.uses_memory
+        )
+        return cls(agent, admitted, services, turn_id=turn_id)
 
     def __init__(
         self,
@@ -63,7 +77,7 @@ class Turn:
         self.agent = agent
         self.request = request
         self.services = services
-        self.turn_id = turn_id or new_turn_id()  # the route's, when it stored the message
+        self.turn_id = turn_id or new_turn_id()  # `start`'s, which stored the message with it
         self.cancel_event = CancelFlag()
         self._ran = False
         self.context: TurnContext | None = None
@@ -73,6 +87,23 @@ class Turn:
     @property
     def settled(self) -> Settled | None:
         return self.commit_point.settled
+
+    @property
+    def admission(self) -> Admission:
+        """The admission `start` took (its stream slot is freed when the response ends)."""
+        admission = self.request.admission
+        if admission is None:
+            raise RuntimeError("the turn was built without its start (Turn.start)")
+        return admission
+
+    @property
+    def unplayed(self) -> Callable[[], Awaitable[None]] | None:
+        """What ends the turn when its response ended before it ran (its client left first):
+        only a turn whose start stored its message or began its memory read has anything to
+        end (`end_unplayed`)."""
+        if self.request.stored_in is None and self.request.memory_read is None:
+            return None
+        return self.end_unplayed
 
     async def run(self, emit: Emit) -> None:
         self._ran = True
@@ -217,8 +248,8 @@ class Turn:
         if ctx is not None:
             conversation_id = ctx.conversation_id
         elif self.request.stored_in is not None:
-            # The turn ended before its start (cancelled, or the database too busy to open it),
-            # but the route had stored its message: the answer's row still follows it.
+            # The turn ended before its opening (cancelled, or the database too busy to open
+            # it), but its admission had stored its message: the answer's row still follows it.
             conversation_id = self.request.stored_in
         else:
             return True

@@ -10,14 +10,8 @@ from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.responses import Response
 
-from app.agent.context import new_turn_id
-from app.agent.request import (
-    HistoryMessage,
-    MemoryRead,
-    MessageWrite,
-    TurnRequest,
-    TurnServices,
-)
+from app.agent.opening import Gate
+from app.agent.request import HistoryMessage, TurnRequest, TurnServices
 from app.agent.streaming import stream_turn, stream_turn_batches
 from app.agent.turn import Turn
 from app.api import ui_stream
@@ -28,11 +22,10 @@ from app.api.project_scope import find_project
 from app.api.sse import event_stream_response
 from app.api.stream_bounds import accepted_until, response_seconds
 from app.conversations.repository import Conversation
-from app.conversations.service import AfterTurn, TurnNotCurrent, new_conversation_id
+from app.conversations.service import AfterTurn, TurnNotCurrent
 from app.db.deadline import within
 from app.errors import NotFound, PayloadTooLarge, ServiceUnavailable, Unprocessable
-from app.memory.projects import Scope
-from app.operators.limits import Admission, Caller
+from app.operators.limits import Caller
 from app.runtime import Runtime
 from app.settings import Settings
 from app.telemetry import register_sensitive
@@ -204,45 +197,6 @@ async def load_history(
     return conversation, history, replaced
 
 
-async def admit_turn(
-    runtime: Runtime,
-    user_id: str,
-    turn_id: str,
-    wanted: ChatRequest,
-    conversation: Conversation | None,
-    project_id: str | None,
-    replaces: str | None,
-    *,
-    reads_memory: bool,
-) -> tuple[Admission, MessageWrite | None, MemoryRead | None]:
-    """The turn's admission under the caller's limits (429 when refused) with the user's
-    message stored in its transaction, then (`reads_memory`) the caller's memory read on its
-    connection once it committed. None: not tried (every limit off), the turn's start stores
-    the message or reads memory itself."""
-    limits, store, caller = runtime.user_limits(), runtime.limits, Caller.user(user_id)
-    if limits.off:  # no admission's connection to share
-        return await store.admit(caller, limits), None, None
-    conversation_id = wanted.conversation_id or new_conversation_id()
-    message = runtime.conversations.user_message(
-        user_id,
-        turn_id,
-        wanted.message,
-        conversation_id=conversation_id,
-        new=conversation is None,
-        project_id=project_id,
-        replaces=replaces,
-        temporary=wanted.temporary,
-    )
-    # The scope a turn reads (app/agent/opening.py): fixed by the request, never the model.
-    read = (
-        runtime.memory.read_with_save_mode_on(user_id, Scope(project_id, owner=False))
-        if reads_memory
-        else None
-    )
-    admission, stored, memory = await store.admit_with(caller, limits, message, read)
-    return admission, MessageWrite(conversation_id, committed=stored is not None), memory
-
-
 # The 200 answer is a stream of server-sent events (or the AI SDK UI message stream).
 EVENT_STREAM: dict[int | str, dict[str, Any]] = {
     200: {
@@ -301,19 +255,8 @@ async def chat(
     # A temporary chat's every turn: no memory read, no memory, search or recall offered.
     temporary = wanted.temporary or (conversation is not None and conversation.temporary)
     agent = await runtime.agents.chat()
-    turn_id = new_turn_id()
     # Last before the stream: a refused turn answers 429 with nothing read or written.
-    admission, written, memory_read = await admit_turn(
-        runtime,
-        user.subject,
-        turn_id,
-        wanted,
-        conversation,
-        project_id,
-        replaces,
-        reads_memory=agent.uses_memory and not temporary,
-    )
-    turn = Turn(
+    turn = await Turn.start(
         agent,
         TurnRequest(
             message=wanted.message,
@@ -324,9 +267,6 @@ async def chat(
             project_id=project_id,
             project_name=project_name,
             temporary=temporary,
-            admission=admission,
-            written=written,
-            memory_read=memory_read,
             accepted_until=accepted_until(user, runtime.settings),
             recall=True,
         ),
@@ -340,8 +280,7 @@ async def chat(
             usage=runtime.usage,
             limits=runtime.limits,  # the stream slot goes with the answer row
         ),
-        turn_id=turn_id,
+        Gate(runtime.limits, Caller.user(user.subject), runtime.user_limits()),
     )
     # A client that leaves before the turn runs: its stored message still gets its answer row.
-    unplayed = turn.end_unplayed if turn.request.stored_in is not None else None
-    return releasing(respond(turn, wanted.ai_sdk), runtime, admission, unplayed)
+    return releasing(respond(turn, wanted.ai_sdk), runtime, turn.admission, turn.unplayed)

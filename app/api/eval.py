@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Request
 from starlette.responses import Response
 
+from app.agent.opening import Gate
 from app.agent.request import TurnRequest, TurnServices
 from app.agent.turn import Turn
 from app.api.chat import EVENT_STREAM, ChatPayload, check_message, read_request, respond
@@ -49,12 +50,12 @@ async def eval_chat(request: Request, runtime: RuntimeDep, payload: ChatPayload)
         raise Unprocessable("The evaluation route keeps no conversations: omit conversation_id.")
     check_message(wanted.message, runtime.settings)
     agent = await runtime.agents.eval()
-    # The evaluation route's own limits, counted for its key (there is no user here).
-    admission = await runtime.limits.admit(runtime.eval_caller(), runtime.eval_limits())
-    turn = Turn(
+    turn = await Turn.start(
         agent,
         TurnRequest(message=wanted.message, user_id=None, store_transcript=False),
         # No memory service, no flags, no transcript: nothing here can read or write them.
         TurnServices(settings=runtime.settings),
+        # The evaluation route's own limits, counted for its key (there is no user here).
+        Gate(runtime.limits, runtime.eval_caller(), runtime.eval_limits()),
     )
-    return releasing(respond(turn, wanted.ai_sdk), runtime, admission)
+    return releasing(respond(turn, wanted.ai_sdk), runtime, turn.admission, turn.unplayed)

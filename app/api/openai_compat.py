@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.agent.events import DoneEvent, TurnEvent
 from app.agent.openai_wire import AnswerCollector, ChunkEncoder, Completion
+from app.agent.opening import Gate
 from app.agent.request import TurnRequest, TurnServices
 from app.agent.streaming import stream_turn
 from app.agent.turn import Turn
@@ -175,8 +176,7 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
     )
     project = await request_project(request, runtime, user.subject, wanted.project_id)
     agent = await runtime.agents.chat()
-    admission = await runtime.limits.admit(Caller.user(user.subject), runtime.user_limits())
-    turn = Turn(
+    turn = await Turn.start(
         agent,
         TurnRequest(
             message=wanted.message,
@@ -187,7 +187,6 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
             # The project the header or the model id names (checked as the caller's above).
             project_id=project.id if project is not None else None,
             project_name=project.name if project is not None else None,
-            admission=admission,
             accepted_until=accepted_until(user, settings),
         ),
         # No conversation service: nothing on this route is stored as a transcript; the search
@@ -201,6 +200,7 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
             usage=runtime.usage,  # no transcript row here: the turn's usage is stored alone
             limits=runtime.limits,  # the stream slot goes with that usage row
         ),
+        Gate(runtime.limits, Caller.user(user.subject), runtime.user_limits()),
     )
     completion = Completion(
         id=f"chatcmpl-{turn.turn_id.replace('-', '')}",
@@ -217,10 +217,9 @@ async def chat_completions(request: Request, user: CurrentUser, runtime: Runtime
             sep="\n",
             headers=STREAM_HEADERS,
         )
-        return releasing(streamed, runtime, admission)
-    return releasing(
-        AnswerResponse(stream_turn(turn), AnswerCollector(completion)), runtime, admission
-    )
+        return releasing(streamed, runtime, turn.admission, turn.unplayed)
+    answer = AnswerResponse(stream_turn(turn), AnswerCollector(completion))
+    return releasing(answer, runtime, turn.admission, turn.unplayed)
 
 
 def _data(chunk: dict[str, Any]) -> bytes:

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, delete, insert, select
 
 from app.db.schema import memory_expiries
 from app.memory.rules import GENERAL_TARGETS, Expiry, Snapshot, Target
+from app.memory.unit_of_work import UnitOfWork
 
 
 def digest(entry: str) -> str:
@@ -66,13 +67,13 @@ def _by_key(expiries: Iterable[Expiry], project_id: str | None) -> dict[tuple[st
 
 
 def persist(
-    connection: Connection,
-    user_id: str,
+    unit: UnitOfWork,
     current: Snapshot,
     updated: Snapshot,
     project_id: str | None = None,
 ) -> bool:
     """Write the difference between the two snapshots' expiries; whether there was one."""
+    connection, user_id = unit.connection, unit.user_id
     before, after = _by_key(current.expiries, project_id), _by_key(updated.expiries, project_id)
     gone = [key for key, at in before.items() if after.get(key) != at]
     new = [(key, at) for key, at in after.items() if before.get(key) != at]
@@ -100,13 +101,15 @@ def persist(
     return bool(gone or new)
 
 
-def delete_all(connection: Connection, user_id: str) -> int:
+def delete_all(unit: UnitOfWork) -> int:
+    connection, user_id = unit.connection, unit.user_id
     result = connection.execute(delete(memory_expiries).where(memory_expiries.c.user_id == user_id))
     return result.rowcount or 0
 
 
-def delete_document(connection: Connection, user_id: str, project_id: str) -> int:
+def delete_document(unit: UnitOfWork, project_id: str) -> int:
     """A project's expiries (its document was forgotten, or the project deleted)."""
+    connection, user_id = unit.connection, unit.user_id
     result = connection.execute(
         delete(memory_expiries).where(
             memory_expiries.c.user_id == user_id, memory_expiries.c.document == project_id
@@ -137,9 +140,10 @@ def due_documents(connection: Connection, user_id: str, now: datetime) -> list[s
     return [str(document) for document in connection.execute(query).scalars()]
 
 
-def delete_due(connection: Connection, user_id: str, now: datetime) -> int:
+def delete_due(unit: UnitOfWork, now: datetime) -> int:
     """The user's rows due at `now` (after their entries were expired: what is left belongs to
     no entry)."""
+    connection, user_id = unit.connection, unit.user_id
     result = connection.execute(
         delete(memory_expiries).where(
             memory_expiries.c.user_id == user_id, memory_expiries.c.expires_at <= now

@@ -24,6 +24,7 @@ from sqlalchemy import (
 from app.db.schema import memory_changes
 from app.memory.provenance import HistoryEntry, Provenance, changes_from_json, changes_to_json
 from app.memory.rules import Change
+from app.memory.unit_of_work import UnitOfWork
 
 _COLUMNS = (
     memory_changes.c.id,
@@ -114,9 +115,10 @@ TRIM_BEFORE_INSERT = delete(memory_changes).where(
 )
 
 
-def trim(connection: Connection, user_id: str, project_id: str | None, keep: int) -> int:
+def trim(unit: UnitOfWork, project_id: str | None, keep: int) -> int:
     """Drop the scope's oldest entries beyond `keep` (two statements: MariaDB refuses a DELETE
     whose subquery reads the same table)."""
+    connection, user_id = unit.connection, unit.user_id
     cutoff = connection.execute(_newest_beyond(user_id, project_id, keep)).scalar()
     if cutoff is None:
         return 0
@@ -181,7 +183,8 @@ def page(
     return [_entry(row) for row in connection.execute(query).all()]
 
 
-def delete_all(connection: Connection, user_id: str) -> int:
+def delete_all(unit: UnitOfWork) -> int:
+    connection, user_id = unit.connection, unit.user_id
     result = connection.execute(delete(memory_changes).where(memory_changes.c.user_id == user_id))
     return result.rowcount or 0
 
@@ -198,9 +201,10 @@ def owners_older_than(connection: Connection, cutoff: datetime, limit: int) -> l
     return [str(user_id) for user_id in connection.execute(query).scalars()]
 
 
-def delete_older_than(connection: Connection, user_id: str, cutoff: datetime, limit: int) -> int:
+def delete_older_than(unit: UnitOfWork, cutoff: datetime, limit: int) -> int:
     """The user's oldest entries created before `cutoff`, at most `limit` of them (two
     statements: MariaDB refuses a DELETE whose subquery reads the same table)."""
+    connection, user_id = unit.connection, unit.user_id
     seqs = list(
         connection.execute(
             select(memory_changes.c.seq)

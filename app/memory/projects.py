@@ -23,6 +23,7 @@ from app.db.schema import (
     projects,
 )
 from app.memory.history import now
+from app.memory.unit_of_work import UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -164,10 +165,9 @@ def count(connection: Connection, user_id: str) -> int:
     )
 
 
-def create(
-    connection: Connection, user_id: str, name: str, general_memory: bool, *, limit: int
-) -> Project:
+def create(unit: UnitOfWork, name: str, general_memory: bool, *, limit: int) -> Project:
     """Inside the user's unit of work, so the count and the insert see no other writer."""
+    connection, user_id = unit.connection, unit.user_id
     if count(connection, user_id) >= limit:
         raise ProjectLimitError(limit)
     stamp = now()
@@ -186,13 +186,13 @@ def create(
 
 
 def change(
-    connection: Connection,
-    user_id: str,
+    unit: UnitOfWork,
     project_id: str,
     *,
     name: str | None,
     general_memory: bool | None,
 ) -> Project:
+    connection, user_id = unit.connection, unit.user_id
     values: dict[str, object] = {"updated_at": now()}
     if name is not None:
         values["name"] = name
@@ -208,9 +208,10 @@ def change(
     return require(connection, user_id, project_id)
 
 
-def forget(connection: Connection, user_id: str, project_id: str) -> int:
+def forget(unit: UnitOfWork, project_id: str) -> int:
     """The project's document and the history entries and proposals made in it; returns 1
     when there was a document."""
+    connection, user_id = unit.connection, unit.user_id
     require(connection, user_id, project_id)
     owned_changes = (memory_changes.c.user_id == user_id) & (
         memory_changes.c.project_id == project_id
@@ -228,23 +229,26 @@ def forget(connection: Connection, user_id: str, project_id: str) -> int:
     return result.rowcount or 0
 
 
-def remove(connection: Connection, user_id: str, project_id: str) -> None:
+def remove(unit: UnitOfWork, project_id: str) -> None:
     """The project, its document, and the history entries and proposals made in it. The
     conversations are the caller's to delete or detach first."""
-    forget(connection, user_id, project_id)
+    connection, user_id = unit.connection, unit.user_id
+    forget(unit, project_id)
     connection.execute(
         delete(projects).where(projects.c.id == project_id, projects.c.user_id == user_id)
     )
 
 
-def forget_documents(connection: Connection, user_id: str) -> int:
+def forget_documents(unit: UnitOfWork) -> int:
     """Every project document of the person (forgetting memory keeps the projects)."""
+    connection, user_id = unit.connection, unit.user_id
     result = connection.execute(delete(project_memory).where(project_memory.c.user_id == user_id))
     return result.rowcount or 0
 
 
-def delete_all(connection: Connection, user_id: str) -> int:
+def delete_all(unit: UnitOfWork) -> int:
     """Erasure: the person's project documents and projects."""
-    removed = forget_documents(connection, user_id)
+    connection, user_id = unit.connection, unit.user_id
+    removed = forget_documents(unit)
     connection.execute(delete(projects).where(projects.c.user_id == user_id))
     return removed

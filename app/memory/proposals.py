@@ -21,6 +21,7 @@ from app.memory.provenance import (
     batches_from_json,
     batches_to_json,
 )
+from app.memory.unit_of_work import UnitOfWork
 
 _COLUMNS = (
     memory_proposals.c.id,
@@ -73,8 +74,9 @@ def save_mode_column() -> ScalarSelect[str]:
     return _SAVE_MODE.scalar_subquery()
 
 
-def set_save_mode(connection: Connection, user_id: str, mode: SaveMode) -> None:
+def set_save_mode(unit: UnitOfWork, mode: SaveMode) -> None:
     """Update, else insert (the caller retries the rare first-insert race)."""
+    connection, user_id = unit.connection, unit.user_id
     key = memory_preferences.c.user_id == user_id
     result = connection.execute(
         update(memory_preferences).where(key).values(save_mode=mode, updated_at=now())
@@ -97,9 +99,10 @@ def recall_chats(connection: Connection, user_id: str) -> bool | None:
     return None if stored is None else bool(stored)
 
 
-def set_recall_chats(connection: Connection, user_id: str, recall: bool) -> None:
+def set_recall_chats(unit: UnitOfWork, recall: bool) -> None:
     """Update, else insert with the default save mode (the caller retries the rare
     first-insert race)."""
+    connection, user_id = unit.connection, unit.user_id
     key = memory_preferences.c.user_id == user_id
     result = connection.execute(
         update(memory_preferences).where(key).values(recall_chats=recall, updated_at=now())
@@ -116,8 +119,7 @@ def set_recall_chats(connection: Connection, user_id: str, recall: bool) -> None
 
 
 def add(
-    connection: Connection,
-    user_id: str,
+    unit: UnitOfWork,
     batches: Batches,
     *,
     turn_id: str | None,
@@ -130,6 +132,7 @@ def add(
 ) -> str:
     """Store a proposal; the user's expired ones, and the oldest beyond `keep` of its scope
     (outside projects, or its project), go in the same transaction."""
+    connection, user_id = unit.connection, unit.user_id
     stamp = now()
     proposal_id = str(uuid.uuid4())
     owned = memory_proposals.c.user_id == user_id
@@ -199,11 +202,10 @@ def get(connection: Connection, user_id: str, proposal_id: str) -> Proposal | No
     return _proposal(row) if row is not None else None
 
 
-def remove(
-    connection: Connection, user_id: str, proposal_id: str, *, pending_only: bool = False
-) -> bool:
+def remove(unit: UnitOfWork, proposal_id: str, *, pending_only: bool = False) -> bool:
     """Delete the proposal when `user_id` owns it; with `pending_only`, True only when it had
     not expired (an expired one is deleted all the same, and reads as absent)."""
+    connection, user_id = unit.connection, unit.user_id
     owned = (memory_proposals.c.id == proposal_id) & (memory_proposals.c.user_id == user_id)
     if pending_only:
         stamp = now()
@@ -216,15 +218,17 @@ def remove(
     return bool(connection.execute(delete(memory_proposals).where(owned)).rowcount)
 
 
-def delete_all(connection: Connection, user_id: str) -> int:
+def delete_all(unit: UnitOfWork) -> int:
+    connection, user_id = unit.connection, unit.user_id
     result = connection.execute(
         delete(memory_proposals).where(memory_proposals.c.user_id == user_id)
     )
     return result.rowcount or 0
 
 
-def delete_preferences(connection: Connection, user_id: str) -> int:
+def delete_preferences(unit: UnitOfWork) -> int:
     """The user's save mode (erasure only: forgetting memory keeps this preference)."""
+    connection, user_id = unit.connection, unit.user_id
     result = connection.execute(
         delete(memory_preferences).where(memory_preferences.c.user_id == user_id)
     )

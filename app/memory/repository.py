@@ -36,6 +36,7 @@ from app.memory.rules import (
     Target,
     scope_targets,
 )
+from app.memory.unit_of_work import UnitOfWork
 
 
 class MemoryUnreadableError(RuntimeError):
@@ -223,6 +224,7 @@ def document_writes(
     return writes, contents
 
 
-def delete_all(connection: Connection, user_id: str) -> int:
+def delete_all(unit: UnitOfWork) -> int:
+    connection, user_id = unit.connection, unit.user_id
     result = connection.execute(delete(agent_memory).where(agent_memory.c.user_id == user_id))
     return result.rowcount or 0

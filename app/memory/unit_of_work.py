@@ -2,8 +2,13 @@
 lock from its first statement to its end, on every dialect.
 
 MemoryService opens one per write (a commit, a REST batch, undo, accept, reject, forget, the save
-mode) and retries it whole; app/memory/writes.py holds what each write does inside it. The guard
-in app/db/writers.py refuses memory-state writes on any connection that is not inside one.
+mode) and retries it whole; app/memory/writes.py holds what each write does inside it.
+
+The boundary is a type: every store function that writes memory state takes a `UnitOfWork`, never
+a `Connection`, so a write outside one does not type-check (`mypy --strict`), and only
+`unit_of_work` below makes one (tests/integration/test_one_way_in.py holds both). The guard in
+app/db/writers.py is the second line, for SQL no type sees: it refuses memory-state writes on
+any connection that is not inside a unit of work.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ LockObserver = Callable[[str, str], None]
 
 @dataclass(frozen=True)
 class UnitOfWork:
-    """A transaction holding `user_id`'s writer lock; its statements see the latest commits."""
+    """A transaction holding `user_id`'s writer lock; its statements see the latest commits.
+    Made by `unit_of_work` only: holding one is the proof that the lock is held, which is why
+    the store's write functions take it (and its `user_id`: they write for no one else)."""
 
     connection: Connection
     user_id: str

@@ -158,8 +158,7 @@ def write(
             return Written(current, ())
         check_cancel(should_cancel, "before persistence")
         proposal_id = proposals.add(
-            connection,
-            user_id,
+            unit,
             batches,
             turn_id=provenance.turn_id,
             conversation_id=provenance.conversation_id,
@@ -179,8 +178,7 @@ def write(
         raise
     check_cancel(should_cancel, "before persistence")
     changed, change_id = persist(
-        connection,
-        user_id,
+        unit,
         provenance,
         current,
         updated,
@@ -188,17 +186,14 @@ def write(
         keep=limits.history,
         project_id=request.scope.project_id,
     )
-    if request.proposal_id is not None and not proposals.remove(
-        connection, user_id, request.proposal_id
-    ):
+    if request.proposal_id is not None and not proposals.remove(unit, request.proposal_id):
         raise MemoryNotFoundError("no such proposal")  # unreachable under the lock; never saved
     check_cancel(should_cancel, "before the transaction ended")
     return Written(updated, tuple(changed), change_id=change_id)
 
 
 def persist(
-    connection: Connection,
-    user_id: str,
+    unit: UnitOfWork,
     provenance: Provenance,
     current: Snapshot,
     updated: Snapshot,
@@ -220,12 +215,13 @@ def persist(
     each there. Every statement is built once and bound per call. `project_id`: the project the
     change was made in (its document's key, and the history entry's project).
     """
+    connection, user_id = unit.connection, unit.user_id
     writes, contents = repository.document_writes(current, updated)
     expiring = current.expiries != updated.expiries
     if not writes and not expiring:
         return [], None
     if expiring:
-        expiries.persist(connection, user_id, current, updated, project_id)
+        expiries.persist(unit, current, updated, project_id)
     changed = [target for target, _ in writes]
     changed += sorted(
         {target for target, _, _ in current.expiries ^ updated.expiries} - set(changed)
@@ -241,7 +237,7 @@ def persist(
             repository.document_statement(target, kind), {"owner_id": user_id, **bound}
         )
     connection.execute(history.ENTRY_INSERT, entry)
-    history.trim(connection, user_id, project_id, keep)
+    history.trim(unit, project_id, keep)
     return changed, str(entry["entry_id"])
 
 
@@ -269,8 +265,7 @@ def expire_due(
     if not changes:
         return current
     persist(
-        unit.connection,
-        unit.user_id,
+        unit,
         EXPIRED,
         current,
         remaining,
@@ -300,8 +295,7 @@ def propose(
     if replay(current, batches) == current:
         return Written(current, ())
     proposal_id = proposals.add(
-        connection,
-        user_id,
+        unit,
         batches,
         turn_id=None,
         conversation_id=None,
@@ -318,11 +312,11 @@ def forget(unit: UnitOfWork) -> int:
     stored with the person's answers; the save mode and the projects themselves (names,
     settings) stay."""
     connection, user_id = unit.connection, unit.user_id
-    removed = repository.delete_all(connection, user_id)
-    removed += projects.forget_documents(connection, user_id)
-    expiries.delete_all(connection, user_id)
-    history.delete_all(connection, user_id)
-    proposals.delete_all(connection, user_id)
+    removed = repository.delete_all(unit)
+    removed += projects.forget_documents(unit)
+    expiries.delete_all(unit)
+    history.delete_all(unit)
+    proposals.delete_all(unit)
     # The answers' sources hold copies of memory entries: forgotten with them (the answers stay).
     transcripts.clear_sources(connection, user_id)
     return removed
@@ -330,8 +324,8 @@ def forget(unit: UnitOfWork) -> int:
 
 def forget_project(unit: UnitOfWork, project_id: str) -> int:
     """One project's document, its expiries, history and proposals; the project stays."""
-    expiries.delete_document(unit.connection, unit.user_id, project_id)
-    return projects.forget(unit.connection, unit.user_id, project_id)
+    expiries.delete_document(unit, project_id)
+    return projects.forget(unit, project_id)
 
 
 def erase(unit: UnitOfWork, subject_hash: str, stamp: datetime) -> int:
@@ -339,18 +333,17 @@ def erase(unit: UnitOfWork, subject_hash: str, stamp: datetime) -> int:
     state, preferences included, in one transaction under their writer lock. A turn's commit
     that runs after it finds the audit row and writes nothing; one that ran before it is
     deleted here."""
-    connection, user_id = unit.connection, unit.user_id
-    audit.mark_started(connection, subject_hash, stamp)
+    audit.mark_started(unit.connection, subject_hash, stamp)
     removed = forget(unit)
-    proposals.delete_preferences(connection, user_id)
-    projects.delete_all(connection, user_id)
+    proposals.delete_preferences(unit)
+    projects.delete_all(unit)
     return removed
 
 
 def expire_history(unit: UnitOfWork, cutoff: datetime, limit: int) -> int:
     """Retention: at most `limit` of the user's history entries older than `cutoff` (a small
     transaction, so the user's writer lock is held briefly)."""
-    return history.delete_older_than(unit.connection, unit.user_id, cutoff, limit)
+    return history.delete_older_than(unit, cutoff, limit)
 
 
 def expire_entries(unit: UnitOfWork, limits: WriteLimits) -> int:
@@ -374,7 +367,7 @@ def expire_entries(unit: UnitOfWork, limits: WriteLimits) -> int:
         if current is not None:
             remaining = expire_due(unit, current, scope, limits, now)
             count += len(current.expiries) - len(remaining.expiries)
-    expiries.delete_due(connection, user_id, now)  # rows of entries no longer there
+    expiries.delete_due(unit, now)  # rows of entries no longer there
     return count
 
 
@@ -384,22 +377,20 @@ def reject(unit: UnitOfWork, proposal_id: str, scope: Scope = GENERAL) -> bool:
     found = proposals.get(unit.connection, unit.user_id, proposal_id)
     if found is not None and found.project_id != scope.project_id:
         return False
-    return proposals.remove(unit.connection, unit.user_id, proposal_id, pending_only=True)
+    return proposals.remove(unit, proposal_id, pending_only=True)
 
 
 # -- projects --------------------------------------------------------------------------------
 
 
 def create_project(unit: UnitOfWork, name: str, general_memory: bool, limit: int) -> Project:
-    return projects.create(unit.connection, unit.user_id, name, general_memory, limit=limit)
+    return projects.create(unit, name, general_memory, limit=limit)
 
 
 def change_project(
     unit: UnitOfWork, project_id: str, name: str | None, general_memory: bool | None
 ) -> Project:
-    return projects.change(
-        unit.connection, unit.user_id, project_id, name=name, general_memory=general_memory
-    )
+    return projects.change(unit, project_id, name=name, general_memory=general_memory)
 
 
 def delete_project(unit: UnitOfWork, project_id: str, conversations: str | None) -> int:
@@ -418,8 +409,8 @@ def delete_project(unit: UnitOfWork, project_id: str, conversations: str | None)
         transcripts.remove_project(connection, user_id, project_id)
     elif count:
         transcripts.detach_project(connection, user_id, project_id)
-    expiries.delete_document(connection, user_id, project_id)
-    projects.remove(connection, user_id, project_id)
+    expiries.delete_document(unit, project_id)
+    projects.remove(unit, project_id)
     return count
 
 
@@ -440,11 +431,11 @@ def move_conversation(
 
 
 def set_save_mode(unit: UnitOfWork, mode: SaveMode) -> None:
-    proposals.set_save_mode(unit.connection, unit.user_id, mode)
+    proposals.set_save_mode(unit, mode)
 
 
 def set_recall_chats(unit: UnitOfWork, recall: bool) -> None:
-    proposals.set_recall_chats(unit.connection, unit.user_id, recall)
+    proposals.set_recall_chats(unit, recall)
 
 
 def probe(unit: UnitOfWork) -> bool:

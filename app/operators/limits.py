@@ -304,30 +304,33 @@ class LimitStore:
         self,
         caller: Caller,
         limits: Limits,
-        work: Callable[[Connection], T],
+        work: Callable[[Connection], T] | None,
         then: Callable[[Connection], R] | None = None,
     ) -> tuple[Admission, T | None, Later[R] | None]:
         """Admit a request as `admit` does, with `work` in the admission's transaction (the
         turn's user message: one worker-thread hop, checkout and commit fewer before the first
-        text). The work runs first; a refusal rolls it back with the rest.
+        text). The work runs first; a refusal rolls it back with the rest. With every limit
+        off the transaction holds the work alone (nothing is counted), so a turn starts by one
+        path whatever the limits; with no work and no `then` either, nothing is read.
 
         `then` (the turn's memory read) runs next on the same connection in the same worker
         thread, after the commit and outside the transaction: one more hop and checkout fewer.
         It comes back as a `Later`, awaited by its own deadline (`Later.result`); whatever it
         does or raises changes nothing of the admission.
 
-        The work's result and the `Later` are None when they were not done: every limit off
-        (nothing to share a transaction with), or the shared transaction failed, after which
-        the admission is taken as `admit` takes it (on its own, or waived when the database is
-        slow or busy) and the caller does the work itself, as if this had not been tried."""
-        if limits.off:
+        The work's result and the `Later` are None when they were not done: the shared
+        transaction failed, after which the admission is taken as `admit` takes it (on its own,
+        or waived when the database is slow or busy) and the caller does the work itself, as
+        if this had not been tried."""
+        if work is None and then is None:
             return await self.admit(caller, limits), None, None
         self._whole(caller, limits)
+        job: Callable[[Connection], T | None] = work if work is not None else _no_work
         try:
             if then is None:
-                admission, done = await self._checked(caller, limits, work)
+                admission, done = await self._checked(caller, limits, job)
                 return admission, done, None
-            (admission, done), later = await self._staged(caller, limits, work, then)
+            (admission, done), later = await self._staged(caller, limits, job, then)
         except RateLimited:
             raise
         except Exception as error:
@@ -337,6 +340,9 @@ class LimitStore:
     async def _after_shared_failure(
         self, caller: Caller, limits: Limits, error: Exception
     ) -> Admission:
+        if limits.off:  # nothing was counted: the work alone failed, the caller does it again
+            log.warning("limits.shared_write_failed", error_type=type(error).__name__)
+            return Admission(caller)
         if isinstance(error, DeadlineExceededError | DatabaseBusyError):
             # A second try would wait as long again: admit on the local count, as `admit` does.
             return self._waived(caller, limits, error)
@@ -448,7 +454,12 @@ class LimitStore:
                         # order the turn's answer row takes them, before the slots that row
                         # frees, so the two transactions cannot wait on each other in a cycle.
                         done = work(connection)
-                        admitted = self._check(connection, caller, limits), done
+                        admission = (
+                            Admission(caller)
+                            if limits.off
+                            else self._check(connection, caller, limits)
+                        )
+                        admitted = admission, done
                     committed = True
                     # What follows only reads: on SQLite its BEGIN takes no writer's lock.
                     connection.execution_options(**{SQLITE_IMMEDIATE: False})

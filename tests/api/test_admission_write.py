@@ -1,8 +1,9 @@
-"""A turn's user message is stored in its admission's transaction, on every database: the turn
-counted and its message stored commit together; a turn whose client leaves before it runs leaves its
-message and its one assistant row, or neither, and frees its slot; a shared write that fails
-leaves the turn to be admitted and stored the way it was before, once; and a write retried
-after a failure that may have committed finds the message instead of storing it twice."""
+"""A turn's user message is stored in its admission's transaction, on every database and whatever
+the limits (one path): the turn counted and its message stored commit together; a turn whose
+client leaves before it runs leaves its message and its one assistant row, or neither, and frees
+its slot; a shared write that fails leaves the turn to be admitted and stored the way it was
+before, once; and a write retried after a failure that may have committed finds the message
+instead of storing it twice."""
 
 from __future__ import annotations
 
@@ -141,6 +142,37 @@ def test_the_turn_counted_and_its_message_commit_together(db_url: str, continuin
     assert [role for _turn, role, _status in rows] == ["user", "assistant"] * 2
     assert rows[2][0] == rows[3][0] == start["turn_id"]
     assert counted == 2
+    model.assert_done()
+
+
+@pytest.mark.parametrize("limits", [LIMITS, {}], ids=["limits on", "every limit off"])
+def test_every_turn_stores_its_message_by_one_path_whatever_the_limits(
+    db_url: str, limits: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn's start (`Turn.start`) stores the user message with the admission whatever the
+    limits: the opening's own write, kept for an admission transaction that failed, is never
+    reached (it fails the turn here), for a new and a continuing conversation; with every
+    limit off nothing is counted."""
+
+    async def never(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("the opening stored the message: the admission did not")
+
+    monkeypatch.setattr("app.agent.opening._store_message", never)
+    model = ScriptedModel([Text("First."), Text("Second.")])
+    user = f"one-path-{uuid.uuid4().hex[:8]}"
+    with serving(db_url, model, **limits) as (url, app):
+        engine = app.state.runtime.limits.engine
+        first_start = chat(url, user, {"message": "One."})
+        conversation = first_start["conversation_id"]
+        second_start = chat(url, user, {"message": "Two.", "conversation_id": conversation})
+        rows, counted = user_rows(engine, user), turns_counted(engine, user)
+    assert first_start["transcript"]["status"] == second_start["transcript"]["status"] == "stored"
+    assert second_start["conversation_id"] == conversation
+    assert [(role, status) for _turn, role, status in rows] == [
+        ("user", "complete"),
+        ("assistant", "complete"),
+    ] * 2
+    assert counted == (2 if limits else 0)
     model.assert_done()
 
 

@@ -3,21 +3,27 @@ entries' expiries) has one way in: the unit of work.
 
 Structurally: only the storage modules build statements that write those tables and only
 app/memory/writes.py runs them, inside a unit of work opened by MemoryService (or the readiness
-probe). At run time: the engine refuses such a statement on any connection that does not hold a
-user's writer lock, whatever its form (Core or text), on every dialect.
+probe). By type: every storage write function takes the `UnitOfWork`, so a call with a bare
+connection fails `mypy --strict` (tests/unit/test_write_types.py runs mypy on such a call), and
+only app/memory/unit_of_work.py makes one. At run time, the second line for SQL no type sees:
+the engine refuses such a statement on any connection that does not hold a user's writer lock,
+whatever its form (Core or text), on every dialect.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
+from importlib import import_module
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
-from sqlalchemy import Engine, delete, insert, text, update
+from sqlalchemy import Connection, Engine, delete, insert, text, update
 
 from app.db.writers import MEMORY_STATE_TABLES, WriterLockRequiredError, writes_memory_state
 from app.memory.service import MemoryService
-from app.memory.unit_of_work import unit_of_work
+from app.memory.unit_of_work import UnitOfWork, unit_of_work
 
 APP = Path(__file__).resolve().parents[2] / "app"
 TABLE_NAMES = {
@@ -51,6 +57,8 @@ STORAGE_WRITERS = {
     },
     "expiries": {"persist", "delete_all", "delete_document", "delete_due"},
 }
+# Build a statement for writes.py to run on the unit's connection; they run nothing themselves.
+STATEMENT_BUILDERS = {"document_statement"}
 UNIT_OPENERS = {"memory/service.py", "api/health.py"}
 
 
@@ -120,6 +128,42 @@ def test_only_the_unit_of_works_body_runs_the_storage_writes() -> None:
                 and module not in UNIT_OPENERS
             ):
                 offenders.append(f"{module}:{node.lineno} unit_of_work")
+    assert offenders == []
+
+
+def _storage_writers() -> list[tuple[str, str]]:
+    """Every storage write function (the rest are statements, or build one, for writes.py)."""
+    return [
+        (module, name)
+        for module, names in sorted(STORAGE_WRITERS.items())
+        for name in sorted(names)
+        if callable(getattr(import_module(f"app.memory.{module}"), name))
+        and name not in STATEMENT_BUILDERS
+    ]
+
+
+@pytest.mark.parametrize(("module", "name"), _storage_writers(), ids=lambda part: str(part))
+def test_every_storage_write_takes_the_unit_of_work_first(module: str, name: str) -> None:
+    """The type that makes a write outside the unit of work not type-check: the first
+    parameter of each storage write function is a `UnitOfWork`, and none takes a connection."""
+    function = getattr(import_module(f"app.memory.{module}"), name)
+    hints = get_type_hints(function)
+    first = next(iter(inspect.signature(function).parameters))
+    assert hints[first] is UnitOfWork
+    assert Connection not in hints.values()
+
+
+def test_only_the_one_way_in_makes_a_unit_of_work() -> None:
+    """`UnitOfWork(...)` is called in app/memory/unit_of_work.py alone (by `unit_of_work`, which
+    takes the user's lock first): holding one proves the lock is held."""
+    offenders = [
+        f"{module}:{node.lineno}"
+        for module, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and _name(node.func) == "UnitOfWork"
+        and module != "memory/unit_of_work.py"
+    ]
     assert offenders == []
 
 
