@@ -66,7 +66,7 @@ class Settings(BaseSettings):
     auth_jwks_refresh_cooldown_seconds: float = Field(default=30.0, ge=0, le=3600)
     auth_jwks_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
     # A token verified once is accepted from memory (until it expires) for at most this long
-    # before it is verified again; 0 verifies every request (app/api/auth.py, VerifiedTokens).
+    # before it is verified again; 0 verifies every request (app/identity/tokens.py).
     auth_verified_cache_seconds: float = Field(default=60.0, ge=0, le=3600)
     # The browser sign-in (docs/operations.md "Identity in production"): a server-side session
     # behind an HttpOnly cookie. In oidc mode it is on when AUTH_CLIENT_ID is set; the service

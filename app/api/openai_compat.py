@@ -48,10 +48,10 @@ from app.api.sse import (
     PING_SECONDS,
     SEND_TIMEOUT_SECONDS,
     EventStreamResponse,
+    sse_data,
     wait_for_disconnect,
 )
 from app.api.stream_bounds import accepted_until, response_seconds, timed_send
-from app.api.ui_stream import sse_data
 from app.concurrency import to_thread
 from app.conversations.service import is_conversation_id
 from app.memory.projects import Project
