@@ -207,7 +207,7 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 def cmd_users_erase(args: argparse.Namespace) -> int:
     from app.conversations.service import ConversationService
-    from app.erasure import audit
+    from app.db import erasure_audit as audit
     from app.erasure.service import ErasureService
     from app.identity.tokens import subject_problem
     from app.runtime import build_memory_service

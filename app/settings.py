@@ -176,7 +176,7 @@ class Settings(BaseSettings):
     # Erasure and retention (docs/privacy.md)
     # The key of the hash that names an erased subject in its audit row (HMAC-SHA256). Every
     # replica needs the same key; unset, it is derived from TELEMETRY_HASH_KEY or, in dev mode,
-    # from the dev secret (app/erasure/audit.py).
+    # from the dev secret (app/db/erasure_audit.py).
     erasure_hash_key: SecretStr | None = None
     # Days since a conversation's last activity after which `python -m app purge` deletes it,
     # and days after which it deletes a memory history entry; 0 keeps them (the default).

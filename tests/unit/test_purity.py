@@ -29,6 +29,7 @@ PURE_MODULES = [
     "app/memory/secrets.py",
     "app/memory/importing.py",
     "app/conversations/search_text.py",
+    "app/names.py",
 ]
 PURE_NAMES = [path.removesuffix(".py").replace("/", ".") for path in PURE_MODULES]
 
