@@ -15,7 +15,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from app.api.bodies import body_error, is_undecodable, not_json
-from app.api.openai_errors import BUSY_HEADERS, CLIENT_CLOSED, OPENAI_PREFIX, openai_http_error
+from app.api.openai.errors import BUSY_HEADERS, CLIENT_CLOSED, OPENAI_PREFIX, openai_http_error
 from app.db.admission import DatabaseBusyError
 from app.errors import AppError
 

@@ -20,7 +20,13 @@ from app.agent.events import (
     ToolEvent,
     TurnEvent,
 )
-from app.api.ui_stream import _body, parse_ui_request, ui_chunks, ui_replacement, wants_ui_stream
+from app.api.streams.ui_stream import (
+    _body,
+    parse_ui_request,
+    ui_chunks,
+    ui_replacement,
+    wants_ui_stream,
+)
 from app.conversations.service import AfterTurn
 from app.errors import Unprocessable
 from app.memory.rules import MemoryUsage

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from starlette.responses import Response
 
 from app.agent.sources import stored_sources
-from app.api import list_cursor
+from app.api.conversations import cursor
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import error_responses
 from app.api.project_scope import NO_PROJECT, ProjectQuery, project_write_unavailable
@@ -63,8 +63,8 @@ async def list_conversations(
     ),
 ) -> dict[str, Any]:
     try:
-        after = list_cursor.decode(before) if before is not None else None
-    except list_cursor.CursorError:
+        after = cursor.decode(before) if before is not None else None
+    except cursor.CursorError:
         raise Unprocessable(
             "before is not a cursor of this list: pass the previous page's next.",
             code="invalid_cursor",
@@ -80,7 +80,7 @@ async def list_conversations(
     if limit is not None:
         last = conversations[limit - 1] if len(conversations) > limit else None
         body["next"] = (
-            list_cursor.encode(ListPosition(last.pinned, last.updated_at, last.id))
+            cursor.encode(ListPosition(last.pinned, last.updated_at, last.id))
             if last is not None
             else None
         )

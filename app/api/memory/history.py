@@ -18,11 +18,11 @@ from app.agent.sources import stored_sources
 from app.api.deps import CurrentUser, MemoryScope, RuntimeDep
 from app.api.errors import error_responses
 from app.api.limiting import releasing
-from app.api.memory import MemoryState, memory_state, memory_unavailable, require_writes
-from app.api.memory_commit import commit_change, is_issued_id
+from app.api.memory.commit import commit_change, is_issued_id
+from app.api.memory.entries import MemoryState, memory_state, memory_unavailable, require_writes
 from app.api.project_scope import ProjectQuery
 from app.api.projects import project_view
-from app.api.stream_bounds import BoundedDownload, seconds_left
+from app.api.streams.bounds import BoundedDownload, seconds_left
 from app.api.timestamps import iso_utc
 from app.conversations.repository import StoredMessage
 from app.errors import NotFound, Unprocessable
@@ -141,7 +141,8 @@ async def export_memory(
     written as it is read, so memory stays bounded whatever the transcript's size. A failure
     midway ends the download short (its JSON unfinished), never with a body that looks whole.
     The download holds one of the person's stream slots while it runs (429 past the limit) and
-    ends short at STREAM_MAX_SECONDS or when the token stops being accepted (stream_bounds)."""
+    ends short at STREAM_MAX_SECONDS or when the token stops being accepted
+    (app/api/streams/bounds.py)."""
     admission = await runtime.limits.admit(Caller.user(user.subject), runtime.download_limits())
     try:
         head = await runtime.control.export_head(scope.user_id)

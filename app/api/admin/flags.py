@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, StrictBool
 
-from app.api.account import erase
+from app.api.account.erasure import erase
 from app.api.deps import Operator, RuntimeDep
 from app.api.errors import BODY_ERRORS, error_responses
 from app.errors import NotFound, ServiceUnavailable, Unprocessable

@@ -18,7 +18,7 @@ from app.agent.events import (
     TurnEvent,
 )
 from app.api.bodies import not_object
-from app.api.sse import SEND_TIMEOUT_SECONDS, EventStreamResponse, json_text, sse_data
+from app.api.streams.sse import SEND_TIMEOUT_SECONDS, EventStreamResponse, json_text, sse_data
 from app.conversations.service import AfterTurn
 from app.errors import Unprocessable
 

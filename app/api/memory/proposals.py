@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict, StrictBool, model_validator
 
 from app.api.deps import MemoryScope, RuntimeDep, SettingsDep
 from app.api.errors import error_responses
-from app.api.memory import MemoryState, memory_state, memory_unavailable, require_writes
-from app.api.memory_commit import commit_change, is_issued_id
-from app.api.memory_history import proposal_view
+from app.api.memory.commit import commit_change, is_issued_id
+from app.api.memory.entries import MemoryState, memory_state, memory_unavailable, require_writes
+from app.api.memory.history import proposal_view
 from app.api.project_scope import ProjectQuery
 from app.errors import NotFound
 from app.memory.provenance import Provenance, SaveMode
