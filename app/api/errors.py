@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -142,6 +144,20 @@ _ERROR_DESCRIPTIONS = {
     429: "Over a limit (rate_limited), before anything was streamed; see Retry-After",
     503: "The database is unavailable; retry shortly",
 }
+
+
+@contextmanager
+def unavailable_on_failure(
+    log: Any, event: str, unavailable: Callable[[], AppError]
+) -> Iterator[None]:
+    """A failure of the block (the database late or down, anything unforeseen) becomes the
+    route's `503` (`unavailable()`), logged on the route's own logger as `event` with the
+    error's class name only: the translation every memory route made on its own."""
+    try:
+        yield
+    except Exception as error:
+        log.warning(event, error=type(error).__name__)
+        raise unavailable() from None
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -153,11 +153,12 @@ async def read_conversation(
         **_summary(conversation),
         # A temporary chat is shown to its owner by id only (never listed or searched).
         "temporary": conversation.temporary,
-        "messages": [_message(message) for message in messages],
+        "messages": [message_view(message) for message in messages],
     }
 
 
-def _message(message: StoredMessage) -> dict[str, Any]:
+def message_view(message: StoredMessage) -> dict[str, Any]:
+    """A stored message as the API shows it: here and in the memory export."""
     view: dict[str, Any] = {
         # The id search results and an answer's sources name as `message_id`.
         "id": message.id,
@@ -166,7 +167,7 @@ def _message(message: StoredMessage) -> dict[str, Any]:
         "status": message.status,
         "turn_id": message.turn_id,
         "created_at": iso_utc(message.created_at),
-        "superseded_by": message.superseded_by,
+        "superseded_by": message.superseded_by,  # regenerate, edit
     }
     if message.role == "assistant":
         # What the answer's prompt held, the snippets it was given, the changes it made
