@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Self
 
-from app.memory import policy
-from app.memory.markers import RESERVED_TAG_NAME
 from app.memory.provenance import utc_text
 from app.memory.rules import Snapshot, Target
+from app.names import RESERVED_TAG_NAME
+from app.policy import content as policy
 
 MemoryStatus = Literal["available", "unavailable", "disabled"]
 

@@ -18,7 +18,7 @@ APP = Path(__file__).resolve().parents[2] / "app"
 # Bottom first. A unit may import only from units of the layers below its own.
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"settings", "names", "errors", "cpu"}),  # shared ground: settings and constants
-    frozenset({"db", "telemetry", "offline", "http_protocol"}),
+    frozenset({"db", "telemetry", "offline", "http_protocol", "policy"}),
     frozenset({"concurrency"}),
     frozenset({"identity", "operators"}),
     frozenset({"conversations", "sessions"}),
