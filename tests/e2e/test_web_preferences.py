@@ -97,7 +97,8 @@ def test_code_blocks_are_coloured_by_language_and_keep_their_text(
 TOKENS = """() => {
     const probe = document.createElement('div');
     document.body.append(probe);
-    const values = ['--bg', '--text', '--accent', '--code-bg', '--muted', '--danger'].map((name) => {
+    const names = ['--bg', '--text', '--accent', '--code-bg', '--muted', '--danger'];
+    const values = names.map((name) => {
         probe.style.color = `var(${name})`;
         return getComputedStyle(probe).color;
     });
