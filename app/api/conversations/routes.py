@@ -153,15 +153,14 @@ async def read_conversation(
         **_summary(conversation),
         # A temporary chat is shown to its owner by id only (never listed or searched).
         "temporary": conversation.temporary,
-        "messages": [message_view(message) for message in messages],
+        # The id search results and an answer's sources name as `message_id` (not in the export).
+        "messages": [{"id": message.id, **message_view(message)} for message in messages],
     }
 
 
 def message_view(message: StoredMessage) -> dict[str, Any]:
     """A stored message as the API shows it: here and in the memory export."""
     view: dict[str, Any] = {
-        # The id search results and an answer's sources name as `message_id`.
-        "id": message.id,
         "role": message.role,
         "content": message.content,
         "status": message.status,
