@@ -185,7 +185,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from app.api.auth import DevTokens, subject_problem
+    from app.identity.tokens import DevTokens, subject_problem
 
     settings: Settings = load_settings()
     if settings.auth_mode != "dev":
@@ -206,10 +206,10 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 
 def cmd_users_erase(args: argparse.Namespace) -> int:
-    from app.api.auth import subject_problem
     from app.conversations.service import ConversationService
-    from app.erasure import audit
+    from app.db import erasure_audit as audit
     from app.erasure.service import ErasureService
+    from app.identity.tokens import subject_problem
     from app.runtime import build_memory_service
 
     problem = subject_problem(args.subject)

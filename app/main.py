@@ -9,28 +9,13 @@ import httpx
 from fastapi import FastAPI
 from starlette.routing import Route
 
-from app.api import (
-    account,
-    admin,
-    admin_records,
-    chat,
-    conversations,
-    dev,
-    errors,
-    eval,
-    health,
-    memory,
-    memory_history,
-    memory_import,
-    memory_proposals,
-    metrics,
-    openai_compat,
-    projects,
-    sign_in,
-    web,
-)
+from app.api import chat, errors, eval, health, metrics, openai_compat, projects, web
+from app.api.account import dev_tokens, erasure, sign_in
+from app.api.admin import flags, records
+from app.api.conversations import routes as conversations
+from app.api.memory import entries, history, imports, proposals
 from app.api.middleware import BodySizeLimitMiddleware, RequestIdMiddleware
-from app.api.openai_cors import OpenAICorsMiddleware
+from app.api.openai.cors import OpenAICorsMiddleware
 from app.mcp.server import PATH as MCP_PATH
 from app.mcp.server import McpRoute, mcp_endpoint
 from app.runtime import build_runtime
@@ -91,15 +76,15 @@ def create_app(
         openai_compat,
         eval,
         health,
-        dev,
-        memory,
-        memory_history,
-        memory_proposals,
-        memory_import,
+        dev_tokens,
+        entries,
+        history,
+        proposals,
+        imports,
         projects,
-        admin,
-        account,
-        admin_records,
+        flags,
+        erasure,
+        records,
         conversations,
         metrics,
         sign_in,

@@ -12,14 +12,14 @@ from pydantic import SecretStr
 from sqlalchemy import Engine
 
 from app.agent.agents import AgentRegistry
-from app.api.auth import DevTokens, TokenVerifier, build_verifier
 from app.concurrency import drain_workers, use_executor
 from app.conversations.service import ConversationService
+from app.db import erasure_audit as audit
 from app.db.admission import Admission, use_admission
 from app.db.engine import DatabaseLimits, build_engine, database_limits
 from app.embeddings.setup import Embeddings, build_embeddings
-from app.erasure import audit
 from app.erasure.service import ErasureService
+from app.identity.tokens import DevTokens, TokenVerifier, build_verifier
 from app.memory.control import MemoryControl
 from app.memory.flags import FlagStore
 from app.memory.service import MemoryService

@@ -66,7 +66,7 @@ class Settings(BaseSettings):
     auth_jwks_refresh_cooldown_seconds: float = Field(default=30.0, ge=0, le=3600)
     auth_jwks_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
     # A token verified once is accepted from memory (until it expires) for at most this long
-    # before it is verified again; 0 verifies every request (app/api/auth.py, VerifiedTokens).
+    # before it is verified again; 0 verifies every request (app/identity/tokens.py).
     auth_verified_cache_seconds: float = Field(default=60.0, ge=0, le=3600)
     # The browser sign-in (docs/operations.md "Identity in production"): a server-side session
     # behind an HttpOnly cookie. In oidc mode it is on when AUTH_CLIENT_ID is set; the service
@@ -176,7 +176,7 @@ class Settings(BaseSettings):
     # Erasure and retention (docs/privacy.md)
     # The key of the hash that names an erased subject in its audit row (HMAC-SHA256). Every
     # replica needs the same key; unset, it is derived from TELEMETRY_HASH_KEY or, in dev mode,
-    # from the dev secret (app/erasure/audit.py).
+    # from the dev secret (app/db/erasure_audit.py).
     erasure_hash_key: SecretStr | None = None
     # Days since a conversation's last activity after which `python -m app purge` deletes it,
     # and days after which it deletes a memory history entry; 0 keeps them (the default).

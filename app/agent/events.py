@@ -8,9 +8,9 @@ from typing import Any, Literal
 from app.memory.contract import MEMORY_TOOL_NAME
 from app.memory.render import MemoryStatus
 from app.memory.rules import MemoryUsage
+from app.names import SEARCH_TOOL_NAME as SEARCH_TOOL_NAME
 
 ToolOutcome = Literal["staged", "rejected", "unavailable", "found", "none"]
-SEARCH_TOOL_NAME = "conversation_search"
 CommitOutcome = Literal["committed", "proposed", "none", "failed"]
 FinishReason = Literal["stop", "length", "tool_limit"]
 # Whether the turn's messages are being stored: `unavailable` is told in `start`, before any

@@ -20,9 +20,9 @@ from app.agent.failures import TurnFailure
 from app.agent.request import MemoryRead, MessageWrite, TurnRequest, TurnServices
 from app.concurrency import CancelFlag
 from app.conversations.service import new_conversation_id
+from app.db import erasure_audit as audit
 from app.db.admission import DatabaseBusyError, admitted
 from app.db.deadline import DeadlineExceededError, within
-from app.erasure import audit
 from app.memory.ledger import MemoryLedger
 from app.memory.projects import Scope
 from app.memory.provenance import SaveMode

@@ -8,43 +8,18 @@ that fit, best first, and only those, are the ones the turn lists in its sources
 
 from __future__ import annotations
 
-import re
-import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from app.agent.sources import ConversationSource
-from app.memory.render import encode_entry
+from app.memory.render import NonceTags, encode_entry
 
 RECALL_TAG_NAME = "past_conversations"
-_NONCE = re.compile(r"^[0-9a-f]{32}$")
 
 
-@dataclass(frozen=True)
-class RecallTags:
+class RecallTags(NonceTags):
     """`past_conversations_<nonce>`: a fresh nonce per turn, never stored, never logged."""
 
-    nonce: str
-
-    def __post_init__(self) -> None:
-        if not _NONCE.match(self.nonce):
-            raise ValueError("a block nonce is 32 lowercase hex digits")
-
-    @classmethod
-    def new(cls) -> RecallTags:
-        return cls(secrets.token_hex(16))
-
-    @property
-    def name(self) -> str:
-        return f"{RECALL_TAG_NAME}_{self.nonce}"
-
-    @property
-    def open(self) -> str:
-        return f"<{self.name}>"
-
-    @property
-    def close(self) -> str:
-        return f"</{self.name}>"
+    prefix = RECALL_TAG_NAME
 
 
 def recall_line(source: ConversationSource) -> str:

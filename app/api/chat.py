@@ -14,13 +14,13 @@ from app.agent.opening import Gate
 from app.agent.request import HistoryMessage, TurnRequest, TurnServices
 from app.agent.streaming import stream_turn, stream_turn_batches
 from app.agent.turn import Turn
-from app.api import ui_stream
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import BODY_ERRORS, error_responses
 from app.api.limiting import releasing
 from app.api.project_scope import find_project
-from app.api.sse import event_stream_response
-from app.api.stream_bounds import accepted_until, response_seconds
+from app.api.streams import ui_stream
+from app.api.streams.bounds import accepted_until, response_seconds
+from app.api.streams.sse import event_stream_response
 from app.conversations.repository import Conversation
 from app.conversations.service import AfterTurn, TurnNotCurrent
 from app.db.deadline import within

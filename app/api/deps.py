@@ -7,8 +7,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.api.auth import OPERATOR_ROLE, Identity, authenticate
+from app.api.auth import authenticate
 from app.errors import Forbidden
+from app.identity.tokens import OPERATOR_ROLE, Identity
 from app.memory.scope import MemoryRequest, memory_scope, require_scope
 from app.runtime import Runtime
 from app.settings import Settings

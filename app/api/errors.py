@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -15,7 +17,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from app.api.bodies import body_error, is_undecodable, not_json
-from app.api.openai_errors import BUSY_HEADERS, CLIENT_CLOSED, OPENAI_PREFIX, openai_http_error
+from app.api.openai.errors import BUSY_HEADERS, CLIENT_CLOSED, OPENAI_PREFIX, openai_http_error
 from app.db.admission import DatabaseBusyError
 from app.errors import AppError
 
@@ -142,6 +144,20 @@ _ERROR_DESCRIPTIONS = {
     429: "Over a limit (rate_limited), before anything was streamed; see Retry-After",
     503: "The database is unavailable; retry shortly",
 }
+
+
+@contextmanager
+def unavailable_on_failure(
+    log: Any, event: str, unavailable: Callable[[], AppError]
+) -> Iterator[None]:
+    """A failure of the block (the database late or down, anything unforeseen) becomes the
+    route's `503` (`unavailable()`), logged on the route's own logger as `event` with the
+    error's class name only: the translation every memory route made on its own."""
+    try:
+        yield
+    except Exception as error:
+        log.warning(event, error=type(error).__name__)
+        raise unavailable() from None
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -58,7 +58,15 @@ class BodyTooLarge(HTTPException):
 
 
 class BodySizeLimitMiddleware:
-    """413 for a body above `max_bytes`: at once from Content-Length, else while it streams in."""
+    """413 for a body above `max_bytes`: at once from Content-Length, else while it streams in.
+
+    Kept beside Starlette's own limit (`max_body_size`, Starlette 1.10 with FastAPI 0.165), which
+    was measured against the contract and does not meet it: a body declared too large is
+    answered `text/plain` "Content Too Large" rather than the documented JSON error
+    (`payload_too_large`, in OpenAI's shape under /openai/), and a route that does not read its
+    body runs to the end first (its answer replaced by the 413 as it starts): a handler with
+    side effects would have them for a refused request. Here the declared length is refused
+    before the app runs; tests/api/test_input_boundaries.py holds the answers."""
 
     def __init__(self, app: ASGIApp, *, max_bytes: int | Callable[[], int]) -> None:
         self.app = app

@@ -30,28 +30,28 @@ from app.agent.turn import Turn
 from app.api.bodies import json_object
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.limiting import releasing
-from app.api.openai_errors import CLIENT_CLOSED, OpenAIRoute
-from app.api.openai_request import (
-    WireError,
-    parse_completion_request,
-    project_model_id,
-    split_model,
-)
-from app.api.openai_schema import (
+from app.api.openai.errors import CLIENT_CLOSED, OpenAIRoute
+from app.api.openai.schema import (
     COMPLETION_RESPONSES,
     REQUEST_BODY,
     ModelCard,
     ModelList,
     openai_errors,
 )
-from app.api.sse import (
+from app.api.openai_request import (
+    WireError,
+    parse_completion_request,
+    project_model_id,
+    split_model,
+)
+from app.api.streams.bounds import accepted_until, response_seconds, timed_send
+from app.api.streams.sse import (
     PING_SECONDS,
     SEND_TIMEOUT_SECONDS,
     EventStreamResponse,
+    sse_data,
     wait_for_disconnect,
 )
-from app.api.stream_bounds import accepted_until, response_seconds, timed_send
-from app.api.ui_stream import sse_data
 from app.concurrency import to_thread
 from app.conversations.service import is_conversation_id
 from app.memory.projects import Project

@@ -73,7 +73,7 @@ async def info(runtime: RuntimeDep) -> dict[str, Any]:
         "model": settings.llm_model,
         "offline": settings.offline_model,
         "auth_mode": settings.auth_mode,
-        # Whether the page can sign a person in (a session cookie; app/api/sign_in.py).
+        # Whether the page can sign a person in (a session cookie; app/api/account/sign_in.py).
         "browser_sign_in": settings.browser_sign_in,
         "memory_enabled": await runtime.flags.memory_enabled(),
         # Semantic search: null when off; `semantic` is false for the offline model's hashed

@@ -6,11 +6,13 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
 import structlog
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
@@ -31,11 +33,29 @@ from app.operators.limits import SlotRelease
 from app.operators.usage import TurnUsage
 from app.telemetry.sensitive import register_search
 
-if TYPE_CHECKING:
-    from app.embeddings.semantic import SemanticSearch
-    from app.embeddings.vectors import Vector
-
 log = structlog.get_logger(__name__)
+
+Vector = npt.NDArray[np.float32]  # a query's embedding (app/embeddings/vectors.py)
+
+
+class SemanticRanking(Protocol):
+    """What the search asks of semantic search (app/embeddings/semantic.py's `SemanticSearch`,
+    set by the runtime): a protocol, so that the transcripts never import the layer that
+    indexes them."""
+
+    async def query_vector(self, query: str) -> Vector | None: ...
+
+    def hybrid(
+        self,
+        lexical: Sequence[search.SearchHit],
+        user_id: str,
+        vector: Vector,
+        limit: int,
+        *,
+        project: str | None = ...,
+        exclude_turn_id: str | None = ...,
+    ) -> list[search.SearchHit]: ...
+
 
 # Conversation ids are uuid4() in canonical text form; nothing else can name one.
 _CONVERSATION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -84,7 +104,7 @@ class ConversationService:
         self.engine = engine
         self.search_config = search_config  # PostgreSQL's text search configuration
         self.durable = durable  # TRANSCRIPT_COMMIT
-        self.semantic: SemanticSearch | None = None  # set when EMBEDDING_BASE_URL is (runtime)
+        self.semantic: SemanticRanking | None = None  # set when EMBEDDING_BASE_URL is (runtime)
 
     # -- reads and deletes for the owner (errors propagate: the routes answer them) ------------
 

@@ -253,7 +253,7 @@ project_memory = Table(
 
 # -- erasure (revision 0010): one audit row per erased subject, keyed by a keyed hash --------------
 # No subject and no content: `subject_hash` is HMAC-SHA256 of the subject under ERASURE_HASH_KEY
-# (app/erasure/audit.py). `completed_at` stays NULL while an erasure is unfinished (a crash
+# (app/db/erasure_audit.py). `completed_at` stays NULL while an erasure is unfinished (a crash
 # halfway): running the erasure again finishes it. A turn's memory commit that finds a row
 # erased after the turn began writes nothing.
 

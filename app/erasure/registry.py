@@ -11,6 +11,7 @@ from typing import Literal
 
 from sqlalchemy import Column, Connection, Table, delete, update
 
+from app.db.erasure_audit import subject_hash
 from app.db.schema import (
     audit_log,
     embedding_jobs,
@@ -21,7 +22,6 @@ from app.db.schema import (
     usage_daily,
     web_sessions,
 )
-from app.erasure.audit import subject_hash
 
 # "delete": the rows are the subject's (usage, limits); "clear": the row is shared and only
 # names the subject in passing (the operator who last set a flag), so the name is set to NULL;

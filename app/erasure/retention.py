@@ -23,8 +23,8 @@ from typing import TypeVar
 from sqlalchemy import Engine
 
 from app.conversations.service import ConversationService
+from app.db import erasure_audit as audit
 from app.db.locking import is_retryable
-from app.erasure import audit
 from app.memory import expiries, history
 from app.memory.service import MemoryService
 

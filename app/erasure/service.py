@@ -26,8 +26,8 @@ from sqlalchemy import Engine
 
 from app.concurrency import to_thread
 from app.conversations.service import ConversationService
+from app.db import erasure_audit as audit
 from app.db.engine import truncate_wal
-from app.erasure import audit
 from app.erasure.registry import SUBJECT_COLUMNS
 from app.memory.service import MemoryService
 

@@ -13,8 +13,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from app.memory.rules import ACTIONS, GENERAL_TARGETS, MAX_OPERATIONS, TARGETS, Action, Target
-
-MEMORY_TOOL_NAME = "memory_update"
+from app.names import MEMORY_TOOL_NAME as MEMORY_TOOL_NAME
 
 _OPTIONAL_TEXT: dict[str, Any] = {"type": ["string", "null"]}
 UNTIL_SCHEMA: dict[str, Any] = {

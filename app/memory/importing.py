@@ -28,8 +28,8 @@ from typing import Literal
 
 from rapidfuzz.distance import Indel
 
-from app.memory import policy
 from app.memory.rules import MAX_OPERATIONS, TARGETS, Operation, Snapshot, Target, rendered_length
+from app.policy import content as policy
 
 Reason = Literal["secret", "instruction_like", "duplicate", "too_long", "over_capacity", "invalid"]
 

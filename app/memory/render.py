@@ -18,12 +18,12 @@ import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal, Self
 
-from app.memory import policy
-from app.memory.markers import RESERVED_TAG_NAME
 from app.memory.provenance import utc_text
 from app.memory.rules import Snapshot, Target
+from app.names import RESERVED_TAG_NAME
+from app.policy import content as policy
 
 MemoryStatus = Literal["available", "unavailable", "disabled"]
 
@@ -46,18 +46,25 @@ _JOINERS = frozenset("\u200c\u200d")
 
 
 @dataclass(frozen=True)
-class BlockTags:
-    """The block's tag for one turn: `persistent_memory_data_<nonce>`."""
+class NonceTags:
+    """A prompt block's tags for one turn, `<prefix>_<nonce>`: a fresh nonce per turn, never
+    stored, never logged. The memory block's (`BlockTags`) and the recall block's
+    (app/agent/recall_block.py) differ only in their prefix."""
 
+    prefix: ClassVar[str]
     nonce: str
 
     def __post_init__(self) -> None:
         if not NONCE.match(self.nonce):
             raise ValueError("a block nonce is 32 lowercase hex digits")
 
+    @classmethod
+    def new(cls) -> Self:
+        return cls(secrets.token_hex(16))
+
     @property
     def name(self) -> str:
-        return f"{RESERVED_TAG_NAME}_{self.nonce}"
+        return f"{self.prefix}_{self.nonce}"
 
     @property
     def open(self) -> str:
@@ -66,6 +73,12 @@ class BlockTags:
     @property
     def close(self) -> str:
         return f"</{self.name}>"
+
+
+class BlockTags(NonceTags):
+    """The memory block's tag for one turn: `persistent_memory_data_<nonce>`."""
+
+    prefix = RESERVED_TAG_NAME
 
 
 def usage_line(snapshot: Snapshot, target: Target) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal, get_args
 
-from app.memory import policy
+from app.policy import content as policy
 
 Target = Literal["user", "memory", "project"]
 Action = Literal["add", "replace", "remove"]

@@ -16,11 +16,11 @@ from app.concurrency import CancelFlag, finish_even_if_cancelled, to_thread
 from app.conversations.repository import Conversation
 from app.conversations.search import optimize_fulltext
 from app.conversations.service import is_conversation_id
+from app.db import erasure_audit as audit
 from app.db.deadline import DeadlineExceededError, within
 from app.db.engine import one_statement_read
 from app.db.locking import is_retryable, is_timeout, is_unique_violation
 from app.db.writers import WriterLockTimeoutError
-from app.erasure import audit
 from app.memory import history, projects, proposals, repository, writes
 from app.memory.projects import GENERAL, Project, Scope
 from app.memory.provenance import Proposer, Provenance, SaveMode
@@ -75,7 +75,7 @@ class MemoryService:
         erasure_key: bytes | None = None,
     ) -> None:
         self.engine = engine
-        # The key of the erasure audit's subject hash (ERASURE_HASH_KEY; app/erasure/audit.py).
+        # The key of the erasure audit's subject hash (ERASURE_HASH_KEY; app/db/erasure_audit.py).
         self.erasure_key = erasure_key or audit.hash_key(None, telemetry=None, dev_secret=None)
         self.limits = limits or WriteLimits()
         self.max_attempts = max_attempts

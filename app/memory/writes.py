@@ -15,7 +15,7 @@ from functools import cache
 from sqlalchemy import Connection, Insert, select
 
 from app.conversations import repository as transcripts
-from app.erasure import audit
+from app.db import erasure_audit as audit
 from app.memory import expiries, history, projects, proposals, repository
 from app.memory.ledger import replay, replay_changes
 from app.memory.projects import GENERAL, Project, Scope

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from typing import Any
 
-from app.agent.events import SEARCH_TOOL_NAME as SEARCH_TOOL
-from app.memory.contract import MEMORY_TOOL_NAME as MEMORY_TOOL
-from app.memory.markers import RESERVED_TAG_NAME
+from app.names import MEMORY_TOOL_NAME as MEMORY_TOOL
+from app.names import RESERVED_TAG_NAME
+from app.names import SEARCH_TOOL_NAME as SEARCH_TOOL
 from app.offline.wire import ChatRequest, Reply, Text, ToolCall, ToolCalls, content_text
 
 OFFLINE_NOTICE = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 from sqlalchemy import Connection, Engine, Insert, delete, func, select
@@ -19,10 +19,17 @@ from app.concurrency import to_thread
 from app.db.schema import usage_daily
 from app.db.upsert import add_to_row, upsert
 
-if TYPE_CHECKING:  # app.operators.limits imports this module
-    from app.operators.limits import SlotRelease
-
 log = structlog.get_logger(__name__)
+
+
+class CarriedRelease(Protocol):
+    """A stream slot's release that rides in the usage transaction (app/operators/limits.py's
+    `SlotRelease`): `run` in it, `committed` once it has committed. A protocol, so that the
+    limits, which read the day's tokens here, are not imported back."""
+
+    def run(self, connection: Connection) -> None: ...
+
+    def committed(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -173,13 +180,13 @@ class UsageStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def _record(self, spent: TurnUsage, release: SlotRelease | None) -> None:
+    def _record(self, spent: TurnUsage, release: CarriedRelease | None) -> None:
         with self.engine.begin() as connection:
             record(connection, spent)
             if release is not None:
                 release.run(connection)
 
-    async def record(self, spent: TurnUsage, release: SlotRelease | None = None) -> bool:
+    async def record(self, spent: TurnUsage, release: CarriedRelease | None = None) -> bool:
         """Record `spent` (and free the turn's stream slot with it, when `release` is given)."""
         try:
             await to_thread(self._record, spent, release)

@@ -15,7 +15,7 @@ import structlog
 from authlib.integrations.httpx_client import AsyncOAuth2Client
 from authlib.integrations.starlette_client import OAuth, OAuthError
 
-from app.api.auth import Identity, identity_from_claims
+from app.identity.tokens import Identity, identity_from_claims
 from app.sessions.store import ProviderTokens
 from app.settings import Settings
 

@@ -17,8 +17,8 @@ from datetime import timedelta
 import structlog
 from fastapi import Request, Response
 
-from app.api.auth import Identity
 from app.errors import Forbidden, ServiceUnavailable, Unauthorized
+from app.identity.tokens import Identity
 from app.sessions.keys import SessionKeys
 from app.sessions.oidc import OidcLogin, ProviderRefused, ProviderUnavailable, SignedIn
 from app.sessions.store import Session, SessionStore, utc_now

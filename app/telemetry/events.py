@@ -14,8 +14,7 @@ from typing import Any, Literal, Protocol
 import structlog
 from opentelemetry import trace
 
-from app.memory.contract import MEMORY_TOOL_NAME
-from app.memory.rules import MemoryUsage
+from app.names import MEMORY_TOOL_NAME
 from app.telemetry import metrics
 from app.telemetry.subjects import subject_hash
 
@@ -48,6 +47,19 @@ class _Targeted(Protocol):
     def target(self) -> str: ...
 
 
+class _Usage(Protocol):
+    """The character counts of the stores (app/memory/rules.py's `MemoryUsage`)."""
+
+    @property
+    def user(self) -> int: ...
+
+    @property
+    def memory(self) -> int: ...
+
+    @property
+    def project(self) -> int | None: ...
+
+
 def count_targets(operations: Iterable[_Targeted]) -> dict[str, int]:
     counts = {"user": 0, "memory": 0}  # outside projects, the shape it always had
     for operation in operations:
@@ -61,7 +73,7 @@ def memory_event(
     stage: MemoryStage,
     operation_count: int,
     targets: Mapping[Any, int],
-    usage: MemoryUsage,
+    usage: _Usage,
     duration_ms: float,
     outcome: str,
     retry_count: int = 0,

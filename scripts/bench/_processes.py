@@ -173,7 +173,7 @@ def uvicorn(
 def dev_token(sub: str) -> str:
     import jwt
 
-    from app.api.auth import DEV_AUDIENCE, DEV_ISSUER
+    from app.identity.tokens import DEV_AUDIENCE, DEV_ISSUER
 
     now = int(time.time())
     claims = {

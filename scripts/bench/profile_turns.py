@@ -50,7 +50,7 @@ from scripts.bench.turn_overhead import (  # noqa: E402
 AREAS = {
     "model client (openai SDK, httpx)": ("openai/", "httpx"),
     "our model round (app/agent/llm.py)": ("app/agent/llm.py",),
-    "SSE response (app/api/sse.py)": ("app/api/sse.py", "sse_starlette"),
+    "SSE response (app/api/streams/sse.py)": ("app/api/streams/sse.py", "sse_starlette"),
     "ASGI send chain (middleware wrappers, uvicorn send)": ("otel_send",),
     "database worker threads": ("concurrent/futures/thread.py",),
     "SQLAlchemy": ("sqlalchemy",),

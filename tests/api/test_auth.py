@@ -7,7 +7,7 @@ import jwt
 import pytest
 from sqlalchemy import Engine
 
-from app.api.auth import DEV_AUDIENCE, DEV_ISSUER
+from app.identity.tokens import DEV_AUDIENCE, DEV_ISSUER
 from app.settings import Settings
 from tests.support.apps import api_settings, app_client, memory_rows, served
 from tests.support.tokens import (

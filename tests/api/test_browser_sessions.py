@@ -1,5 +1,6 @@
-"""Browser sessions (app/sessions/, app/api/sign_in.py) on each database: the cookie, the row
-behind it, CSRF protection of cookie writes, sign-out and erasure, and Bearer clients unchanged.
+"""Browser sessions (app/sessions/, app/api/account/sign_in.py) on each database: the cookie,
+the row behind it, CSRF protection of cookie writes, sign-out and erasure, and Bearer clients
+unchanged.
 """
 
 from __future__ import annotations

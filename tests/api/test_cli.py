@@ -12,9 +12,9 @@ import httpx
 import jwt
 import pytest
 
-from app.api.auth import DEV_AUDIENCE, DEV_ISSUER
 from app.db.engine import build_engine
 from app.db.migrate import current_revision, head_revision
+from app.identity.tokens import DEV_AUDIENCE, DEV_ISSUER
 from app.memory.flags import read_flag
 from tests.support.server import free_port
 

@@ -16,9 +16,9 @@ import httpx
 import pytest
 from sqlalchemy import Engine, select, update
 
+from app.db import erasure_audit as audit
 from app.db.schema import erasures, memory_proposals
 from app.db.writers import maintenance
-from app.erasure import audit
 from app.main import create_app
 from app.memory.rules import Operation
 from app.memory.service import MemoryService

@@ -27,9 +27,9 @@ from sqlalchemy import Engine
 
 from app.agent.events import DeltaEvent, DoneEvent, StartEvent, TurnEvent, Usage
 from app.agent.openai_wire import AnswerCollector, Completion
-from app.api import ui_stream
 from app.api.openai_compat import AnswerResponse
-from app.api.sse import SEND_TIMEOUT_SECONDS, SendTimeoutError
+from app.api.streams import ui_stream
+from app.api.streams.sse import SEND_TIMEOUT_SECONDS, SendTimeoutError
 from app.conversations import repository as transcripts
 from app.main import create_app
 from app.operators.limits import Caller

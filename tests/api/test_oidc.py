@@ -174,7 +174,7 @@ def test_a_verified_token_is_not_verified_again_within_its_window(
     lookup (and its worker-thread hop); with AUTH_VERIFIED_CACHE_SECONDS=0 every request looks
     the key up. A refused token is looked up every time. (A verification during which the key
     set was fetched is not remembered: the first request of a process, here the warm-up.)"""
-    from app.api.auth import CountingJwksClient
+    from app.identity.tokens import CountingJwksClient
 
     lookups: list[str] = []
     original = CountingJwksClient.get_signing_key

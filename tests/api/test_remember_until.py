@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Engine, update
 
 from app.conversations.service import ConversationService
+from app.db import erasure_audit as audit
 from app.db.schema import memory_expiries
 from app.db.writers import maintenance
-from app.erasure import audit
 from app.erasure.retention import RetentionPolicy, purge
 from app.memory import history
 from app.memory.service import MemoryService

@@ -16,9 +16,9 @@ from sqlalchemy import Engine, func, select, update
 
 from app.conversations import repository as transcripts
 from app.conversations.service import ConversationService
+from app.db import erasure_audit as audit
 from app.db.schema import conversations, memory_changes
 from app.db.writers import maintenance
-from app.erasure import audit
 from app.erasure.retention import PurgeReport, RetentionPolicy, purge
 from app.main import create_app
 from app.memory.service import MemoryService

@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import Engine, update
 
 from app.conversations.service import ConversationService
+from app.db import erasure_audit as audit
 from app.db.schema import conversation_messages, conversations
-from app.erasure import audit
 from app.erasure.retention import RetentionPolicy, purge
 from app.memory.service import MemoryService
 from tests.support.apps import api_settings

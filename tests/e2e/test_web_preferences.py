@@ -92,10 +92,20 @@ def test_code_blocks_are_coloured_by_language_and_keep_their_text(
 
 # -- theme --------------------------------------------------------------------------------------
 
+# The tokens as the page paints them: each is a light-dark() pair (css/base.css) that the root's
+# colour scheme resolves, so they are read through a probe's computed colour and shadow.
 TOKENS = """() => {
-    const style = getComputedStyle(document.documentElement);
-    return ['--bg', '--text', '--accent', '--code-bg', '--muted', '--danger', '--shadow']
-        .map((name) => style.getPropertyValue(name).trim());
+    const probe = document.createElement('div');
+    document.body.append(probe);
+    const names = ['--bg', '--text', '--accent', '--code-bg', '--muted', '--danger'];
+    const values = names.map((name) => {
+        probe.style.color = `var(${name})`;
+        return getComputedStyle(probe).color;
+    });
+    probe.style.boxShadow = 'var(--shadow)';
+    values.push(getComputedStyle(probe).boxShadow);
+    probe.remove();
+    return values;
 }"""
 
 

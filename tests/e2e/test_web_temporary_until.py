@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from playwright.sync_api import Page, expect
 
-from app.erasure import audit
+from app.db import erasure_audit as audit
 from tests.e2e.conftest import memory_of
 from tests.e2e.web import (
     REMEMBER,

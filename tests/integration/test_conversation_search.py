@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, text
 
-from app.api.auth import subject_problem
 from app.conversations import search
 from app.conversations.search_text import MARK_CLOSE, MARK_OPEN, SearchQuery, query_words
 from app.conversations.service import ConversationService
@@ -25,6 +24,7 @@ from app.db.schema import (
     postgres_owner_lexeme,
     postgres_search_bucket,
 )
+from app.identity.tokens import subject_problem
 
 CRAFTED = [
     '"',

@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from sqlalchemy import Engine
 
 from app.agent.tools import MAX_ARGUMENT_CHARS, MAX_ARGUMENT_DEPTH
-from app.api.auth import DEV_AUDIENCE, DEV_ISSUER
 from app.http_protocol import PROTOCOL_PATH
+from app.identity.tokens import DEV_AUDIENCE, DEV_ISSUER
 from app.memory.rules import Snapshot
 from app.offline.wire import ToolCall, ToolCalls
 from tests.support.apps import api_settings

@@ -27,12 +27,13 @@ from sqlalchemy import Engine, delete
 from app.agent.prompts import MemoryView, PromptLibrary
 from app.db.schema import agent_memory
 from app.db.writers import maintenance
-from app.memory import policy, render
-from app.memory.markers import RESERVED_TAG_NAME
+from app.memory import render
 from app.memory.render import BLOCKED_PLACEHOLDER, BlockTags
 from app.memory.rules import SEPARATOR, Snapshot, Target
 from app.offline.transport import ChatCompletionsTransport
 from app.offline.wire import ChatRequest, Text
+from app.policy import content as policy
+from app.policy.markers import RESERVED_TAG_NAME
 from tests.support.apps import api_settings
 from tests.support.databases import stored
 from tests.support.memory_db import insert_row

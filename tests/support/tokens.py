@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from app.api.auth import DEV_AUDIENCE, DEV_ISSUER
+from app.identity.tokens import DEV_AUDIENCE, DEV_ISSUER
 
 TEST_DEV_SECRET = "test-dev-secret-" + "0123456789abcdef" * 4  # 80 chars: fine for HS512 too
 OIDC_ISSUER = "https://idp.example.test/"

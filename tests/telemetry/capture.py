@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+import uuid
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -13,7 +14,13 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from app.main import create_app
+from app.offline.transport import Responder
 from app.telemetry import captured_spans
+from tests.support.apps import api_settings
+from tests.support.scripted import ScriptedTransport
+from tests.support.server import live_server
+from tests.support.tokens import dev_token
 
 
 class RecordingHandler(logging.Handler):
@@ -112,3 +119,31 @@ def capture_telemetry(capfd: pytest.CaptureFixture[str]) -> Iterator[Captured]:
             yield Captured(handler, exporter, capfd)
     finally:
         root.removeHandler(handler)
+
+
+@contextmanager
+def live_run(
+    capfd: pytest.CaptureFixture[str],
+    sqlite_url: str,
+    model: Responder,
+    drive: Callable[[str, dict[str, str]], None],
+    *,
+    subject: str,
+) -> Iterator[Captured]:
+    """Every channel of one run on a real server (uvicorn) at LOG_LEVEL=DEBUG, SQLAlchemy's
+    engine logger re-opened at DEBUG: `drive(base_url, headers)` with a fresh subject's token
+    and the scripted `model`; what was captured is yielded once the server has stopped."""
+    settings = api_settings(sqlite_url, log_level="DEBUG", log_format="json")
+    app = create_app(settings, model_transport=ScriptedTransport(model))
+    token = dev_token(f"{subject}-{uuid.uuid4().hex[:8]}")
+    with capture_telemetry(capfd) as captured:
+        with live_server(app) as base:
+            reopened = {name: logging.getLogger(name).level for name in ("sqlalchemy.engine",)}
+            for name in reopened:
+                logging.getLogger(name).setLevel(logging.DEBUG)
+            try:
+                drive(base, {"Authorization": f"Bearer {token}"})
+            finally:
+                for name, level in reopened.items():
+                    logging.getLogger(name).setLevel(level)
+        yield captured

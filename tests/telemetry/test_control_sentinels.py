@@ -9,8 +9,6 @@ searched; a control run with the redaction layers off shows the same run does le
 
 from __future__ import annotations
 
-import logging
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,14 +16,10 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from app.main import create_app
 from app.offline.wire import ChatRequest, Text
-from tests.support.apps import api_settings
-from tests.support.scripted import Reply, ScriptedTransport, memory_call
-from tests.support.server import live_server
+from tests.support.scripted import Reply, memory_call
 from tests.support.sse import iter_events
-from tests.support.tokens import dev_token
-from tests.telemetry.capture import Captured, capture_telemetry
+from tests.telemetry.capture import Captured, live_run
 from tests.telemetry.test_sentinels import redaction_disabled
 
 HISTORY_ADDED = "SNTL-H1A-history-added-WALRUS-12"
@@ -96,19 +90,7 @@ def drive(base: str, auth: dict[str, str]) -> None:
 
 @pytest.fixture
 def run(db: Engine, sqlite_url: str, capfd: pytest.CaptureFixture[str]) -> Iterator[Captured]:
-    settings = api_settings(sqlite_url, log_level="DEBUG", log_format="json")
-    app = create_app(settings, model_transport=ScriptedTransport(propose_marked))
-    token = dev_token(f"control-sentinel-{uuid.uuid4().hex[:8]}")
-    with capture_telemetry(capfd) as captured:
-        with live_server(app) as base:
-            reopened = {name: logging.getLogger(name).level for name in ("sqlalchemy.engine",)}
-            for name in reopened:
-                logging.getLogger(name).setLevel(logging.DEBUG)
-            try:
-                drive(base, {"Authorization": f"Bearer {token}"})
-            finally:
-                for name, level in reopened.items():
-                    logging.getLogger(name).setLevel(level)
+    with live_run(capfd, sqlite_url, propose_marked, drive, subject="control-sentinel") as captured:
         yield captured
 
 

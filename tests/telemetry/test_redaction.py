@@ -471,7 +471,7 @@ def test_detect_secrets_logs_through_our_handler_only(
 ) -> None:
     """detect-secrets installs a private stderr handler when imported; after configuration its
     records go through our handler only: one redacted line, not a second raw one."""
-    import app.memory.secrets  # noqa: F401  (imports detect-secrets)
+    import app.policy.secrets  # noqa: F401  (imports detect-secrets)
 
     detect = logging.getLogger("detect-secrets")
     configure_logging(debug_settings())

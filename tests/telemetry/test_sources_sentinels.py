@@ -10,8 +10,6 @@ shows the same run does leak them.
 
 from __future__ import annotations
 
-import logging
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,14 +17,10 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from app.main import create_app
 from app.offline.wire import ChatRequest, Text
-from tests.support.apps import api_settings
-from tests.support.scripted import Reply, ScriptedTransport
-from tests.support.server import live_server
+from tests.support.scripted import Reply
 from tests.support.sse import first, iter_events
-from tests.support.tokens import dev_token
-from tests.telemetry.capture import Captured, capture_telemetry
+from tests.telemetry.capture import Captured, live_run
 from tests.telemetry.test_sentinels import redaction_disabled
 
 IN_MEMORY = "SNTL-S1M-source-memory-MARMOT-21"
@@ -71,19 +65,7 @@ def drive(base: str, auth: dict[str, str]) -> None:
 
 @pytest.fixture
 def run(db: Engine, sqlite_url: str, capfd: pytest.CaptureFixture[str]) -> Iterator[Captured]:
-    settings = api_settings(sqlite_url, log_level="DEBUG", log_format="json")
-    app = create_app(settings, model_transport=ScriptedTransport(answer))
-    token = dev_token(f"sources-sentinel-{uuid.uuid4().hex[:8]}")
-    with capture_telemetry(capfd) as captured:
-        with live_server(app) as base:
-            reopened = {name: logging.getLogger(name).level for name in ("sqlalchemy.engine",)}
-            for name in reopened:
-                logging.getLogger(name).setLevel(logging.DEBUG)
-            try:
-                drive(base, {"Authorization": f"Bearer {token}"})
-            finally:
-                for name, level in reopened.items():
-                    logging.getLogger(name).setLevel(level)
+    with live_run(capfd, sqlite_url, answer, drive, subject="sources-sentinel") as captured:
         yield captured
 
 

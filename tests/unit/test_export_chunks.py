@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.api.memory_history import EXPORT_CHUNK_BYTES, _chunks
+from app.api.memory.history import EXPORT_CHUNK_BYTES, _chunks
 
 
 async def _pieces(sizes: list[int], fail_after: int | None = None) -> AsyncGenerator[bytes, None]:

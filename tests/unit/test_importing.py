@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.memory import policy
 from app.memory.importing import (
     MAX_ENTRY_CHARS,
     Line,
@@ -27,6 +26,7 @@ from app.memory.importing import (
 )
 from app.memory.ledger import replay
 from app.memory.rules import LIMITS, MAX_OPERATIONS, Snapshot
+from app.policy import content as policy
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,9 @@ from __future__ import annotations
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from app.memory import policy
 from app.memory.importing import plan
 from app.memory.rules import Snapshot
+from app.policy import content as policy
 
 # -- the grammar -----------------------------------------------------------------------------
 

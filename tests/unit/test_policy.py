@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.memory import markers, policy
 from app.memory.render import BLOCKED_PLACEHOLDER, BlockTags, encode_entry, render_block
 from app.memory.rules import MemoryValidationError, Operation, Snapshot, apply_operations
+from app.policy import content as policy
+from app.policy import markers
 
 PROPERTY = settings(max_examples=400, deadline=None)
 TAGS = BlockTags("5eed" * 8)

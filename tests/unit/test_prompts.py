@@ -13,9 +13,9 @@ from app.agent.agents import Agent
 from app.agent.llm import IN_PROCESS_BASE_URL, ModelClient
 from app.agent.prompts import MemoryView, PromptLibrary
 from app.agent.tools import MEMORY_TOOL
-from app.memory.markers import RESERVED_TAG_NAME
 from app.memory.render import BlockTags
 from app.memory.rules import Snapshot
+from app.policy.markers import RESERVED_TAG_NAME
 
 SENTINEL = "The user prefers sentinel-7f3a answers."
 SNAPSHOT = Snapshot(user=(SENTINEL,), memory=("The project uses Alembic.",))

@@ -1,7 +1,7 @@
 """The memory rules and the content policy stay pure: no storage, web, model, log or I/O imports.
 
 One third-party package is allowed although its import is not pure: detect-secrets (the key
-formats of `app.memory.secrets`) imports `requests` and `logging` for its command line and its
+formats of `app.policy.secrets`) imports `requests` and `logging` for its command line and its
 optional network verification. The policy calls only its pure `analyze_string`; the tests below
 prove that importing the pure modules loads nothing beyond what detect-secrets itself loads, and
 that checking entries opens no file, socket or process and logs nothing.
@@ -22,13 +22,14 @@ PURE_MODULES = [
     "app/memory/rules.py",
     "app/memory/parsing.py",
     "app/memory/until.py",
-    "app/memory/policy.py",
-    "app/memory/characters.py",
-    "app/memory/markers.py",
-    "app/memory/scanning.py",
-    "app/memory/secrets.py",
+    "app/policy/content.py",
+    "app/policy/characters.py",
+    "app/policy/markers.py",
+    "app/policy/scanning.py",
+    "app/policy/secrets.py",
     "app/memory/importing.py",
     "app/conversations/search_text.py",
+    "app/names.py",
 ]
 PURE_NAMES = [path.removesuffix(".py").replace("/", ".") for path in PURE_MODULES]
 
@@ -75,7 +76,8 @@ FORBIDDEN_ROOTS = frozenset(
 )
 # Inside the application, a pure module may only lean on other pure modules.
 ALLOWED_APP_MODULES = frozenset(PURE_NAMES)
-PACKAGES = frozenset({"app.memory", "app.conversations"})  # their __init__ files are empty
+# Their __init__ files define nothing.
+PACKAGES = frozenset({"app.memory", "app.conversations", "app.policy"})
 FORBIDDEN_BUILTINS = frozenset({"open", "print", "input", "__import__", "exec", "eval"})
 
 
@@ -92,8 +94,7 @@ def import_violations(source: str) -> list[str]:
                 continue
             module = node.module or ""
             names = [
-                f"{module}.{alias.name}" if module == "app.memory" else module
-                for alias in node.names
+                f"{module}.{alias.name}" if module in PACKAGES else module for alias in node.names
             ]
         elif (
             isinstance(node, ast.Call)
@@ -164,7 +165,7 @@ def test_importing_the_pure_modules_loads_no_io_package() -> None:
         if name.split(".")[0] in FORBIDDEN_ROOTS - {"io", "os", "time"}
         or (name.startswith("app.") and name not in ALLOWED_APP_MODULES | PACKAGES)
     ]
-    assert "app.memory.rules" in loaded and "app.memory.policy" in loaded
+    assert "app.memory.rules" in loaded and "app.policy.content" in loaded
     assert sorted(offending) == []
 
 
@@ -174,7 +175,7 @@ def test_checking_entries_does_no_io_and_logs_nothing() -> None:
     record: an audit hook in a fresh interpreter records every such event."""
     probe = """
 import json, logging, sys
-from app.memory import policy
+from app.policy import content as policy
 records = []
 class Keep(logging.Handler):
     def emit(self, record):

@@ -9,7 +9,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from app.memory import policy, scanning
 from app.memory.ledger import MemoryLedger, replay, stage_operations
 from app.memory.rules import (
     LIMITS,
@@ -20,6 +19,8 @@ from app.memory.rules import (
     Snapshot,
     apply_operations,
 )
+from app.policy import content as policy
+from app.policy import scanning
 
 PROPERTY_SETTINGS = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from stdnum import iban, luhn
 
-from app.memory import policy, secrets
 from app.memory.rules import MemoryValidationError, Operation, Snapshot, apply_operations
+from app.policy import content as policy
+from app.policy import secrets
 
 # Made-up values in the real formats (none of them is a live credential).
 KEYS = [

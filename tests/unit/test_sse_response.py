@@ -22,7 +22,7 @@ from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 from starlette.types import Message
 
-from app.api.sse import EventStreamResponse, StreamTooLongError
+from app.api.streams.sse import EventStreamResponse, StreamTooLongError
 from tests.support.server import running_server
 
 RESPONSES = [

@@ -20,7 +20,13 @@ from app.agent.events import (
     ToolEvent,
     TurnEvent,
 )
-from app.api.ui_stream import _body, parse_ui_request, ui_chunks, ui_replacement, wants_ui_stream
+from app.api.streams.ui_stream import (
+    _body,
+    parse_ui_request,
+    ui_chunks,
+    ui_replacement,
+    wants_ui_stream,
+)
 from app.conversations.service import AfterTurn
 from app.errors import Unprocessable
 from app.memory.rules import MemoryUsage
@@ -123,6 +129,20 @@ async def test_the_body_is_sse_data_lines_ending_with_done() -> None:
     for block in blocks[:-2]:
         assert block.startswith("data: ") and "\n" not in block
         json.loads(block.removeprefix("data: "))
+
+
+async def test_line_breaks_json_keeps_raw_never_split_a_data_line() -> None:
+    """Text with U+0085, U+2028 and U+2029 (which str.splitlines-like readers end a line at)
+    stays on one `data:` line per chunk and decodes back to the same text: the UI stream
+    shares `/v1/chat`'s encoder."""
+    text = "a\u0085b\u2028c\u2029d"
+    body = b"".join([piece async for piece in _body(_events(START, DeltaEvent(text)))])
+    lines = body.decode().splitlines()
+    assert all(line == "" or line.startswith("data: ") for line in lines)
+    deltas = [
+        json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: {")
+    ]
+    assert "".join(c["delta"] for c in deltas if c["type"] == "text-delta") == text
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from app.api.auth import Identity, InvalidToken, VerifiedTokens
+from app.identity.tokens import Identity, InvalidToken, VerifiedTokens
 
 EXP = 10_000.0
 LEEWAY = 30.0

@@ -7,7 +7,7 @@ import re
 
 import structlog
 
-from app.api.memory import memory_unavailable
+from app.api.memory.entries import memory_unavailable
 from app.api.project_scope import NO_PROJECT
 from app.concurrency import CancelFlag
 from app.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable

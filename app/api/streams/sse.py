@@ -1,4 +1,13 @@
-"""The SSE layer of a turn: one `encode_event()` for every event, and the response around it."""
+"""The SSE layer of a turn: one encoder (`sse_data`) for every stream's messages, and the response
+around them.
+
+Every stream of the service (`/v1/chat`'s events, the UI message stream, OpenAI's chunks) is a
+plain Starlette `Response` (`EventStreamResponse`) over bytes that `sse_data` framed: one path,
+one escaping. sse-starlette's `EventSourceResponse` was measured against it (four tasks per
+response, about 24 KiB of an idle stream's Python objects against 6 KiB; docs/performance.md)
+and stays a test dependency only: tests/unit/test_sse_response.py holds this response to its
+bytes and rules.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +19,6 @@ from collections.abc import AsyncGenerator, Mapping
 from datetime import UTC, datetime
 
 import anyio
-from sse_starlette import ServerSentEvent
 from starlette.datastructures import MutableHeaders
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
@@ -144,8 +152,8 @@ class EventStreamResponse(Response):
     async def _ping(self, send: Send, stop: _Stop) -> None:
         """One keep-alive comment, framed as sse-starlette frames its own."""
         try:
-            comment = ServerSentEvent(comment=f"ping - {datetime.now(UTC)}", sep=self.sep)
-            await self._send(send, _body(comment.encode(), more=True), stop)
+            comment = f": ping - {datetime.now(UTC)}{self.sep}{self.sep}".encode()
+            await self._send(send, _body(comment, more=True), stop)
         except Exception as error:
             stop.fail(error)
             return
@@ -194,19 +202,29 @@ async def wait_for_disconnect(receive: Receive) -> None:
         pass
 
 
-def encode_event(event: TurnEvent) -> bytes:
-    """One event, framed as sse-starlette would frame it. Built directly: the name is one of
-    ours and compact JSON escapes every control character, so `data` is always one line."""
-    data = json.dumps(event.data(), separators=(",", ":"), ensure_ascii=False)
-    # JSON leaves U+0085, U+2028 and U+2029 raw under ensure_ascii=False, and line readers that
-    # split like str.splitlines (httpx's among them) end a line there: escape them too, so that
-    # stored text (a `sources` event's memory entries) never splits `data`. They can only occur
-    # inside a JSON string, where the \uXXXX escape decodes to the same text.
-    data = data.translate(_LINE_BREAKS_JSON_KEEPS)
-    return f"event: {event.name}\r\ndata: {data}\r\n\r\n".encode()
+def sse_data(payload: str, *, event: str | None = None, sep: str = "\n") -> bytes:
+    """One SSE message whose data is `payload`: compact JSON (`json_text`) or a marker such as
+    `[DONE]`, always one line. JSON escapes every control character but leaves U+0085, U+2028
+    and U+2029 raw under ensure_ascii=False, and line readers that split like str.splitlines
+    (httpx's among them) end a line there: they are escaped too, so that stored text (a
+    `sources` event's memory entries, a model's answer) never splits `data`. They can only
+    occur inside a JSON string, where the \\uXXXX escape decodes to the same text."""
+    data = payload.translate(_LINE_BREAKS_JSON_KEEPS)
+    name = f"event: {event}{sep}" if event is not None else ""
+    return f"{name}data: {data}{sep}{sep}".encode()
+
+
+def json_text(value: object) -> str:
+    """Compact JSON, characters kept as they are (`sse_data` escapes the line breaks)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 _LINE_BREAKS_JSON_KEEPS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def encode_event(event: TurnEvent) -> bytes:
+    """One event of `/v1/chat`, framed as sse-starlette would frame it (the name is one of ours)."""
+    return sse_data(json_text(event.data()), event=event.name, sep="\r\n")
 
 
 async def _encoded(

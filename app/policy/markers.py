@@ -23,7 +23,8 @@ from urllib.parse import unquote
 
 import icu
 
-RESERVED_TAG_NAME = "persistent_memory_data"
+from app.names import RESERVED_TAG_NAME as RESERVED_TAG_NAME
+
 DELIMITER = "§"
 # Every character that a renderer or a model may take as the end of a line.
 _LINE_BREAKS = re.compile("\r\n|[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]")

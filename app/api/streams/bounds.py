@@ -12,8 +12,8 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Send
 
-from app.api.auth import Identity
-from app.api.sse import SEND_TIMEOUT_SECONDS, SendTimeoutError, StreamTooLongError
+from app.api.streams.sse import SEND_TIMEOUT_SECONDS, SendTimeoutError, StreamTooLongError
+from app.identity.tokens import Identity
 from app.settings import Settings
 
 

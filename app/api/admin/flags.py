@@ -6,11 +6,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, StrictBool
 
-from app.api.account import erase
-from app.api.auth import subject_problem
+from app.api.account.erasure import erase
 from app.api.deps import Operator, RuntimeDep
 from app.api.errors import BODY_ERRORS, error_responses
 from app.errors import NotFound, ServiceUnavailable, Unprocessable
+from app.identity.tokens import subject_problem
 from app.memory.flags import KNOWN_FLAGS, FlagState, FlagUnavailableError
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])

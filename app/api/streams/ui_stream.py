@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
@@ -19,7 +18,7 @@ from app.agent.events import (
     TurnEvent,
 )
 from app.api.bodies import not_object
-from app.api.sse import SEND_TIMEOUT_SECONDS, EventStreamResponse
+from app.api.streams.sse import SEND_TIMEOUT_SECONDS, EventStreamResponse, json_text, sse_data
 from app.conversations.service import AfterTurn
 from app.errors import Unprocessable
 
@@ -162,10 +161,6 @@ class UiChunkEncoder:
         return [*self._close_step(), {"type": "finish", "finishReason": "other"}]
 
 
-def sse_data(payload: str) -> bytes:
-    return f"data: {payload}\n\n".encode()
-
-
 async def ui_chunks(events: AsyncIterator[TurnEvent]) -> AsyncIterator[Chunk]:
     """The UI message chunks of a turn's events, up to `done` (the last event)."""
     encoder = UiChunkEncoder()
@@ -185,7 +180,7 @@ async def _body(events: AsyncGenerator[TurnEvent, None]) -> AsyncGenerator[bytes
     # turn's bookkeeping (app/agent/streaming.py).
     async with contextlib.aclosing(events) as stream:
         async for chunk in ui_chunks(stream):
-            yield sse_data(json.dumps(chunk, ensure_ascii=False, separators=(",", ":")))
+            yield sse_data(json_text(chunk))
         yield sse_data("[DONE]")
         yield b""
 

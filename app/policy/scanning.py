@@ -14,7 +14,7 @@ from typing import Literal
 
 import icu
 
-from app.memory import characters, markers, secrets
+from app.policy import characters, markers, secrets
 
 Category = Literal["invisible_unicode", "prompt_injection", "exfiltration", "secret"]
 

@@ -10,10 +10,10 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, StrictBool, model_validator
 
 from app.api.deps import MemoryScope, RuntimeDep, SettingsDep
-from app.api.errors import error_responses
-from app.api.memory import MemoryState, memory_state, memory_unavailable, require_writes
-from app.api.memory_commit import commit_change, is_issued_id
-from app.api.memory_history import proposal_view
+from app.api.errors import error_responses, unavailable_on_failure
+from app.api.memory.commit import commit_change, is_issued_id
+from app.api.memory.entries import MemoryState, memory_state, memory_unavailable, require_writes
+from app.api.memory.history import proposal_view
 from app.api.project_scope import ProjectQuery
 from app.errors import NotFound
 from app.memory.provenance import Provenance, SaveMode
@@ -66,11 +66,8 @@ async def _settings(scope: MemoryScope, runtime: RuntimeDep, config: Settings) -
 async def read_settings(
     scope: MemoryScope, runtime: RuntimeDep, config: SettingsDep, _where: ProjectQuery
 ) -> MemorySettings:
-    try:
+    with unavailable_on_failure(logger, "memory.settings_failed", memory_unavailable):
         return await _settings(scope, runtime, config)
-    except Exception as error:
-        logger.warning("memory.settings_failed", error=type(error).__name__)
-        raise memory_unavailable() from None
 
 
 @router.put(
@@ -86,15 +83,12 @@ async def write_settings(
     _where: ProjectQuery,
 ) -> MemorySettings:
     # A preference, not memory: it can be changed while the memory flag is off.
-    try:
+    with unavailable_on_failure(logger, "memory.settings_failed", memory_unavailable):
         if body.save_mode is not None:
             await runtime.memory.set_save_mode_async(scope.user_id, body.save_mode)
         if body.recall_chats is not None:
             await runtime.memory.set_recall_chats_async(scope.user_id, body.recall_chats)
         settings = await _settings(scope, runtime, config)
-    except Exception as error:
-        logger.warning("memory.settings_failed", error=type(error).__name__)
-        raise memory_unavailable() from None
     logger.info("memory.settings_changed", save_mode=body.save_mode, recall_chats=body.recall_chats)
     return settings
 
@@ -107,11 +101,8 @@ async def write_settings(
 async def read_proposals(
     scope: MemoryScope, runtime: RuntimeDep, where: ProjectQuery
 ) -> dict[str, Any]:
-    try:
+    with unavailable_on_failure(logger, "memory.proposals_failed", memory_unavailable):
         pending = await runtime.control.pending(scope.user_id, where.scope.project_id)
-    except Exception as error:
-        logger.warning("memory.proposals_failed", error=type(error).__name__)
-        raise memory_unavailable() from None
     return {"proposals": [proposal_view(proposal) for proposal in pending]}
 
 
@@ -155,11 +146,8 @@ async def reject_proposal(
 ) -> Response:
     if not is_issued_id(proposal_id):
         raise NotFound(NO_PROPOSAL)
-    try:
+    with unavailable_on_failure(logger, "memory.proposals_failed", memory_unavailable):
         removed = await runtime.memory.reject_async(scope.user_id, proposal_id, where.scope)
-    except Exception as error:
-        logger.warning("memory.proposals_failed", error=type(error).__name__)
-        raise memory_unavailable() from None
     if not removed:
         raise NotFound(NO_PROPOSAL)
     logger.info("memory.proposal_rejected")

@@ -16,8 +16,8 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 from pydantic import BaseModel
 
+from app.api.account.dev_tokens import DevTokenRequest
 from app.api.deps import RuntimeDep, get_runtime
-from app.api.dev import DevTokenRequest
 from app.api.errors import BODY_ERRORS, error_responses
 from app.errors import NotFound, Unauthorized
 from app.sessions.keys import session_hash

@@ -14,17 +14,16 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.responses import Response
 
-from app.agent.sources import stored_sources
+from app.api.conversations.routes import message_view
 from app.api.deps import CurrentUser, MemoryScope, RuntimeDep
-from app.api.errors import error_responses
+from app.api.errors import error_responses, unavailable_on_failure
 from app.api.limiting import releasing
-from app.api.memory import MemoryState, memory_state, memory_unavailable, require_writes
-from app.api.memory_commit import commit_change, is_issued_id
+from app.api.memory.commit import commit_change, is_issued_id
+from app.api.memory.entries import MemoryState, memory_state, memory_unavailable, require_writes
 from app.api.project_scope import ProjectQuery
 from app.api.projects import project_view
-from app.api.stream_bounds import BoundedDownload, seconds_left
+from app.api.streams.bounds import BoundedDownload, seconds_left
 from app.api.timestamps import iso_utc
-from app.conversations.repository import StoredMessage
 from app.errors import NotFound, Unprocessable
 from app.memory.control import ExportHead, MemoryControl
 from app.memory.provenance import HistoryEntry, Proposal, Provenance, change_view, operation_view
@@ -86,14 +85,11 @@ async def read_history(
 ) -> dict[str, Any]:
     if before is not None and not is_issued_id(before):
         raise Unprocessable("before must be the id of one of your changes.", code="invalid_cursor")
-    try:
+    with unavailable_on_failure(logger, "memory.history_failed", memory_unavailable):
         # One more than asked: whether there is a next page, without a second query.
         entries = await runtime.control.history(
             scope.user_id, limit=limit + 1, before=before, project_id=where.scope.project_id
         )
-    except Exception as error:
-        logger.warning("memory.history_failed", error=type(error).__name__)
-        raise memory_unavailable() from None
     if entries is None:
         raise Unprocessable("before must be the id of one of your changes.", code="invalid_cursor")
     page = entries[:limit]
@@ -141,7 +137,8 @@ async def export_memory(
     written as it is read, so memory stays bounded whatever the transcript's size. A failure
     midway ends the download short (its JSON unfinished), never with a body that looks whole.
     The download holds one of the person's stream slots while it runs (429 past the limit) and
-    ends short at STREAM_MAX_SECONDS or when the token stops being accepted (stream_bounds)."""
+    ends short at STREAM_MAX_SECONDS or when the token stops being accepted
+    (app/api/streams/bounds.py)."""
     admission = await runtime.limits.admit(Caller.user(user.subject), runtime.download_limits())
     try:
         head = await runtime.control.export_head(scope.user_id)
@@ -190,20 +187,6 @@ async def _chunks(pieces: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
 def _json(value: Any) -> str:
     # As JSONResponse renders: compact, UTF-8 as it is.
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def _message_view(message: StoredMessage) -> dict[str, Any]:
-    view: dict[str, Any] = {
-        "role": message.role,
-        "content": message.content,
-        "status": message.status,
-        "turn_id": message.turn_id,
-        "created_at": iso_utc(message.created_at),
-        "superseded_by": message.superseded_by,  # regenerate, edit
-    }
-    if message.role == "assistant":
-        view["sources"] = stored_sources(message.sources)  # the answer's (docs/api.md)
-    return view
 
 
 async def _export_body(
@@ -256,7 +239,7 @@ async def _export_body(
             yield (prefix + _json(described)[:-1] + ',"messages":[').encode()
             first = True
             async for message in control.export_messages(conversation):
-                yield (("" if first else ",") + _json(_message_view(message))).encode()
+                yield (("" if first else ",") + _json(message_view(message))).encode()
                 first = False
             yield b"]}"
             conversations += 1

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from starlette.responses import Response
 
 from app.agent.sources import stored_sources
-from app.api import list_cursor
+from app.api.conversations import cursor
 from app.api.deps import CurrentUser, RuntimeDep
 from app.api.errors import error_responses
 from app.api.project_scope import NO_PROJECT, ProjectQuery, project_write_unavailable
@@ -63,8 +63,8 @@ async def list_conversations(
     ),
 ) -> dict[str, Any]:
     try:
-        after = list_cursor.decode(before) if before is not None else None
-    except list_cursor.CursorError:
+        after = cursor.decode(before) if before is not None else None
+    except cursor.CursorError:
         raise Unprocessable(
             "before is not a cursor of this list: pass the previous page's next.",
             code="invalid_cursor",
@@ -80,7 +80,7 @@ async def list_conversations(
     if limit is not None:
         last = conversations[limit - 1] if len(conversations) > limit else None
         body["next"] = (
-            list_cursor.encode(ListPosition(last.pinned, last.updated_at, last.id))
+            cursor.encode(ListPosition(last.pinned, last.updated_at, last.id))
             if last is not None
             else None
         )
@@ -153,20 +153,20 @@ async def read_conversation(
         **_summary(conversation),
         # A temporary chat is shown to its owner by id only (never listed or searched).
         "temporary": conversation.temporary,
-        "messages": [_message(message) for message in messages],
+        # The id search results and an answer's sources name as `message_id` (not in the export).
+        "messages": [{"id": message.id, **message_view(message)} for message in messages],
     }
 
 
-def _message(message: StoredMessage) -> dict[str, Any]:
+def message_view(message: StoredMessage) -> dict[str, Any]:
+    """A stored message as the API shows it: here and in the memory export."""
     view: dict[str, Any] = {
-        # The id search results and an answer's sources name as `message_id`.
-        "id": message.id,
         "role": message.role,
         "content": message.content,
         "status": message.status,
         "turn_id": message.turn_id,
         "created_at": iso_utc(message.created_at),
-        "superseded_by": message.superseded_by,
+        "superseded_by": message.superseded_by,  # regenerate, edit
     }
     if message.role == "assistant":
         # What the answer's prompt held, the snippets it was given, the changes it made

@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from app.api.auth import MAX_SUBJECT_CHARS, subject_problem
 from app.api.deps import RuntimeDep
 from app.api.errors import BODY_ERRORS, error_responses
 from app.errors import NotFound
+from app.identity.tokens import MAX_SUBJECT_CHARS, subject_problem
 
 router = APIRouter(tags=["dev"])
 

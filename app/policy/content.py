@@ -21,7 +21,7 @@ from typing import Literal
 
 import icu
 
-from app.memory import characters, markers, scanning
+from app.policy import characters, markers, scanning
 
 Code = Literal["forbidden_content", "unsafe_content"]
 

@@ -9,12 +9,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
-from app.api.auth import subject_problem
 from app.api.deps import Operator, RuntimeDep
 from app.api.errors import error_responses
 from app.concurrency import to_thread
 from app.db.schema import SUBJECT_CHARS
 from app.errors import Unprocessable
+from app.identity.tokens import subject_problem
 from app.operators import audit, usage
 from app.runtime import Runtime
 

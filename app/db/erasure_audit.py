@@ -4,6 +4,8 @@ The row is written first, in the same transaction that removes the subject's mem
 their writer lock, and marked complete once every other table group is empty of them: an
 unfinished row is an erasure that a crash interrupted (running it again finishes it). A turn's
 memory commit that finds a row erased after the turn began writes nothing (app/memory/writes.py).
+A store of one table, below both the memory layer that reads it and the erasure service that
+writes it (app/erasure/).
 """
 
 from __future__ import annotations

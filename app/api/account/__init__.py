@@ -1,0 +1,1 @@
+"""The person's account: browser sign-in, dev tokens, erasure of everything."""

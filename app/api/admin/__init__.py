@@ -1,0 +1,1 @@
+"""Operator routes: the feature flag, usage and the audit log."""

@@ -1,0 +1,1 @@
+"""The conversation routes and their list cursor."""

@@ -1,0 +1,1 @@
+"""The memory routes: entries, history and undo, proposals, import."""

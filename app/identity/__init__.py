@@ -1,0 +1,1 @@
+"""Who a caller is: bearer tokens verified to an identity, below every route."""
