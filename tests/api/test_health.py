@@ -17,6 +17,7 @@ from app.db.migrate import head_revision
 from tests.support.apps import api_settings, app_client, closed_port_url, memory_rows, served
 from tests.support.databases import migrated_engine
 from tests.support.tokens import dev_auth
+from tests.support.waiting import wait_for
 
 
 def test_ready_on_a_migrated_database_and_leaves_no_row(engine: Engine, db_url: str) -> None:
@@ -103,7 +104,8 @@ def test_not_ready_while_every_database_worker_is_held(tmp_path: Path) -> None:
     )
     locker = sqlite3.connect(path, isolation_level=None)
     with served(settings) as url, ThreadPoolExecutor(max_workers=1) as pool:
-        assert httpx.get(f"{url}/readyz").status_code == 200
+        # Ready while nothing holds the worker (a starved CPU may take one probe past 0.3 s).
+        wait_for(lambda: ready_now(url), "ready with the worker free")
         idle = pool_in_use()
         locker.execute("BEGIN IMMEDIATE")  # another process's write: the service's must wait
         try:
@@ -122,8 +124,12 @@ def test_not_ready_while_every_database_worker_is_held(tmp_path: Path) -> None:
         finally:
             locker.execute("ROLLBACK")
         assert write.result().status_code in (200, 503)
-        assert httpx.get(f"{url}/readyz").status_code == 200
+        wait_for(lambda: ready_now(url), "ready again once the write let the worker go")
     locker.close()
+
+
+def ready_now(url: str) -> bool:
+    return httpx.get(f"{url}/readyz", timeout=30).status_code == 200
 
 
 def pool_in_use() -> float:

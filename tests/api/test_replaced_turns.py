@@ -35,7 +35,9 @@ def ids(events: list[Event]) -> tuple[str, str]:
 
 
 def transcript(url: str, user: str, conversation: str) -> dict[str, Any]:
-    response = httpx.get(f"{url}/v1/conversations/{conversation}", headers=dev_auth(user))
+    response = httpx.get(
+        f"{url}/v1/conversations/{conversation}", headers=dev_auth(user), timeout=30
+    )
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body

@@ -27,7 +27,7 @@ from tests.support.sse import aiter_events
 from tests.support.tokens import TEST_DEV_SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
-START_SECONDS = 30.0
+START_SECONDS = 60.0
 
 
 # -- service processes ------------------------------------------------------------------------
