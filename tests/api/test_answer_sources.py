@@ -20,7 +20,7 @@ from sqlalchemy import Engine, func, select
 from app.db.schema import conversation_messages
 from app.offline.wire import ChatRequest
 from app.settings import Settings
-from tests.support.apps import TEST_READ_DEADLINE_SECONDS, api_settings
+from tests.support.apps import api_settings
 from tests.support.scripted import (
     ScriptedModel,
     Text,
@@ -58,7 +58,7 @@ def prompt_entries(request: ChatRequest) -> list[dict[str, str]]:
 def settings_for(db_url: str, **overrides: Any) -> Settings:
     """A loaded test machine can take seconds to search: recall's and the tool's deadline (their
     fail-open is tests/unit/test_recall.py's) is the tests' read deadline here."""
-    return api_settings(db_url, search_timeout_seconds=TEST_READ_DEADLINE_SECONDS, **overrides)
+    return api_settings(db_url, **overrides)
 
 
 def chat(url: str, user: str, body: dict[str, Any]) -> list[Event]:

@@ -35,6 +35,9 @@ def api_settings(database_url: str, **overrides: Any) -> Settings:
         # set their own.
         "flag_read_timeout_seconds": TEST_READ_DEADLINE_SECONDS,
         "memory_read_timeout_seconds": TEST_READ_DEADLINE_SECONDS,
+        # The same for a search (2 s in production; an MCP search of a person with no messages
+        # passed it on a loaded machine); tests of a slow search set their own.
+        "search_timeout_seconds": TEST_READ_DEADLINE_SECONDS,
         # Tests run many turns of one user at once; the limits' tests set their own
         # (tests/api/test_limits.py), the defaults are checked in tests/unit/test_limits.py.
         "user_max_streams": 0,
