@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from app.api.bodies import json_object
 from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import BODY_ERRORS, ErrorBody, error_responses
+from app.api.memory.failures import commit_failures, memory_unavailable
 from app.api.project_scope import NO_PROJECT, ProjectQuery, RouteScope
 from app.concurrency import CancelFlag
 from app.errors import Conflict, NotFound, ServiceUnavailable, Unprocessable
@@ -23,7 +24,6 @@ from app.memory.parsing import parse_operations
 from app.memory.projects import ProjectNotFoundError
 from app.memory.provenance import Provenance, Source
 from app.memory.render import document
-from app.memory.repository import CommitCancelledError
 from app.memory.rules import (
     SCHEMA_VERSION,
     TARGETS,
@@ -31,7 +31,7 @@ from app.memory.rules import (
     Snapshot,
 )
 from app.memory.scope import MemoryRequest
-from app.memory.service import MemoryBusyError, MemoryUnavailableError
+from app.memory.service import MemoryUnavailableError
 
 logger = structlog.get_logger(__name__)
 
@@ -122,11 +122,6 @@ def require_writes(request: Request, scope: MemoryRequest) -> None:
         raise Conflict("Memory writes are switched off.", code="memory_disabled")
 
 
-def memory_unavailable() -> ServiceUnavailable:
-    """The 503 of every memory route whose read or write did not complete in time."""
-    return ServiceUnavailable("Memory cannot be reached right now.", code="memory_unavailable")
-
-
 def _provenance(payload: dict[str, Any]) -> Provenance:
     """The body's optional `source`: "api" (the default) or "sources", an entry the person
     marked "Wrong" under an answer's sources (history says so). Taken out of the body, whose
@@ -183,26 +178,15 @@ async def apply_memory_operations(
         raise Unprocessable(error.message, code=error.code) from None
 
     cancel = CancelFlag()
-    try:
+    with commit_failures(
+        logger,
+        rejected="memory.api_rejected",
+        failed="memory.api_commit_failed",
+        operation_count=len(operations),
+    ):
         result = await runtime.memory.commit_in_worker(
             scope.user_id, [operations], cancel, scope=where.scope, provenance=provenance
         )
-    except ProjectNotFoundError:
-        raise NotFound(NO_PROJECT) from None
-    except MemoryValidationError as error:
-        logger.info("memory.api_rejected", code=error.code, operation_count=len(operations))
-        raise Unprocessable(error.message, code=error.code) from None
-    except CommitCancelledError:
-        raise
-    except MemoryBusyError:
-        logger.warning("memory.api_commit_failed", error="MemoryBusyError")
-        raise ServiceUnavailable(
-            "Memory is busy with another change; nothing was changed. Retry shortly.",
-            code="memory_busy",
-        ) from None
-    except Exception as error:
-        logger.warning("memory.api_commit_failed", error=type(error).__name__)
-        raise memory_unavailable() from None
     logger.info(
         "memory.api_committed",
         operation_count=len(operations),

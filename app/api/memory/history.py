@@ -19,7 +19,8 @@ from app.api.deps import CurrentUser, MemoryScope, RuntimeDep
 from app.api.errors import error_responses, unavailable_on_failure
 from app.api.limiting import releasing
 from app.api.memory.commit import commit_change, is_issued_id
-from app.api.memory.entries import MemoryState, memory_state, memory_unavailable, require_writes
+from app.api.memory.entries import MemoryState, memory_state, require_writes
+from app.api.memory.failures import memory_unavailable
 from app.api.project_scope import ProjectQuery
 from app.api.projects import project_view
 from app.api.streams.bounds import BoundedDownload, seconds_left

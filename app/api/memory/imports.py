@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.deps import MemoryScope, RuntimeDep
 from app.api.errors import error_responses
-from app.api.memory.entries import memory_unavailable, require_writes
+from app.api.memory.entries import require_writes
+from app.api.memory.failures import memory_unavailable
 from app.api.memory.history import proposal_view
 from app.api.project_scope import NO_PROJECT, ProjectQuery
 from app.cpu import in_process

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, StrictBool, model_validator
 from app.api.deps import MemoryScope, RuntimeDep, SettingsDep
 from app.api.errors import error_responses, unavailable_on_failure
 from app.api.memory.commit import commit_change, is_issued_id
-from app.api.memory.entries import MemoryState, memory_state, memory_unavailable, require_writes
+from app.api.memory.entries import MemoryState, memory_state, require_writes
+from app.api.memory.failures import memory_unavailable
 from app.api.memory.history import proposal_view
 from app.api.project_scope import ProjectQuery
 from app.errors import NotFound
