@@ -156,13 +156,23 @@ CANDIDATES = 5_000
 def _sqlite(exclude_turn: bool, project_mode: int) -> Select[Any]:
     """The owner's token and the query, intersected inside the index (the owner is also checked
     on the join, like every strategy): the owner's newest CANDIDATES matches, taken newest first
-    from the index itself (by its rowid, the message id), ranked by `bm25_scores`."""
+    from the index itself (by its rowid, the message id), as their id and text alone: ranked by
+    `bm25_scores`, and only the best read whole (`_sqlite_rows`)."""
     return (
-        _hits(literal(0.0))
+        select(messages.c.id, messages.c.content)
+        .select_from(_joined())
         .join(_fts, _fts.c.rowid == messages.c.id)
         .where(text(f"{SEARCH_FTS_TABLE} MATCH :fts_query"), *_owned(exclude_turn, project_mode))
         .order_by(_fts.c.rowid.desc())
         .limit(CANDIDATES)
+    )
+
+
+def _sqlite_rows() -> Select[Any]:
+    """The best candidates' rows, by id (the owner checked again)."""
+    return _hits(literal(0.0)).where(
+        messages.c.id.in_(bindparam("best_ids", expanding=True)),
+        owners.c.user_id == bindparam("owner_id"),
     )
 
 
@@ -469,19 +479,29 @@ def _ranked_here(
     total = connection.execute(_total_shape(project_mode), count_values).scalar_one()
     scores = bm25_scores([row.content for row in rows], query, max(int(total), len(rows)))
     best = sorted(range(len(rows)), key=lambda index: (-scores[index], -rows[index].id))
+    chosen = {rows[index].id: scores[index] for index in best[: max(1, min(limit, MAX_RESULTS))]}
+    found = {
+        row.id: row
+        for row in connection.execute(
+            _rows_shape(), {"best_ids": list(chosen), "owner_id": values["owner_id"]}
+        )
+    }
     return [
         SearchHit(
             row.id, row.conversation_id, row.title, row.role, row.content, row.created_at, score
         )
-        for row, score in (
-            (rows[index], scores[index]) for index in best[: max(1, min(limit, MAX_RESULTS))]
-        )
+        for row, score in ((found[key], score) for key, score in chosen.items() if key in found)
     ]
 
 
 @functools.lru_cache(maxsize=8)
 def _total_shape(project_mode: int) -> Select[Any]:
     return _owner_total(project_mode)
+
+
+@functools.lru_cache(maxsize=1)
+def _rows_shape() -> Select[Any]:
+    return _sqlite_rows()
 
 
 # FTS5 keeps a deleted row's terms in its index segments (the `_data` shadow table) until the

@@ -166,6 +166,13 @@ def load(engine: Engine, rows: Iterator[tuple[str, str, str, str, str, datetime]
     return count
 
 
+def stored_messages(engine: Engine) -> int:
+    with engine.connect() as connection:
+        return int(
+            connection.execute(text("SELECT count(*) FROM amem_conversation_messages")).scalar_one()
+        )
+
+
 def query_classes(words: list[str], rng: random.Random, n: int) -> dict[str, list[str]]:
     def pick(low: int, high: int) -> str:
         return words[rng.randrange(low, high)]
@@ -243,7 +250,15 @@ def explain(engine: Engine, queries: dict[str, list[str]], count: int) -> dict[s
 
 
 @contextmanager
-def database(dialect: str) -> Iterator[Engine]:
+def database(dialect: str, sqlite_file: str | None = None) -> Iterator[Engine]:
+    if dialect == "sqlite" and sqlite_file:
+        fresh = not Path(sqlite_file).exists()
+        engine = build_engine(f"sqlite:///{sqlite_file}")
+        if fresh:
+            upgrade(engine)
+        yield engine
+        engine.dispose()
+        return
     if dialect == "sqlite":
         with tempfile.TemporaryDirectory() as folder:
             engine = build_engine(f"sqlite:///{folder}/bench.db")
@@ -276,6 +291,10 @@ def main() -> None:
     parser.add_argument("--dialects", default="sqlite,postgres")
     parser.add_argument("--out", default="search", help="results/OUT.json (default: search)")
     parser.add_argument("--explain", type=int, default=0, help="EXPLAIN N queries per class")
+    parser.add_argument(
+        "--sqlite-file",
+        help="keep SQLite's database in this file; a file loaded by an earlier run is reused",
+    )
     args = parser.parse_args()
     results: dict[str, Any] = {
         "total_messages": args.total,
@@ -286,11 +305,17 @@ def main() -> None:
     for dialect in args.dialects.split(","):
         rng = random.Random(13)
         words = vocabulary(rng)
-        with database(dialect) as engine:
+        reuse = dialect == "sqlite" and args.sqlite_file and Path(args.sqlite_file).exists()
+        with database(dialect, args.sqlite_file) as engine:
             began = time.perf_counter()
-            loaded = load(engine, messages(args.total, args.user, words, rng))
+            loaded = (
+                stored_messages(engine)
+                if reuse
+                else load(engine, messages(args.total, args.user, words, rng))
+            )
             load_seconds = time.perf_counter() - began
-            queries = query_classes(words, rng, args.queries)
+            # Their own generator, so a reused file gets the same queries as a fresh load.
+            queries = query_classes(words, random.Random(17), args.queries)
             figures = measure(ConversationService(engine), queries)
             if args.explain and dialect == "postgres":
                 figures["explain"] = explain(engine, queries, args.explain)
