@@ -62,7 +62,15 @@ class NoClient:
 
 
 @contextmanager
-def database(kind: str) -> Iterator[Engine]:
+def database(kind: str, sqlite_file: str | None = None) -> Iterator[Engine]:
+    if kind == "sqlite" and sqlite_file:
+        fresh = not Path(sqlite_file).exists()
+        engine = build_engine(f"sqlite:///{sqlite_file}")
+        if fresh:
+            upgrade(engine)
+        yield engine
+        engine.dispose()
+        return
     if kind == "sqlite":
         with tempfile.TemporaryDirectory() as folder:
             engine = build_engine(f"sqlite:///{folder}/bench.db")
@@ -169,13 +177,28 @@ def e5_query_latency(url: str, runs: int) -> dict[str, float]:
     return timed(ask, runs)
 
 
+def stored(engine: Engine) -> tuple[int, str | None]:
+    """The messages and the vectors' storage of a database an earlier run loaded."""
+    with engine.connect() as connection:
+        count = connection.execute(text("SELECT count(*) FROM amem_conversation_messages"))
+        vectors = connection.execute(text("SELECT count(*) FROM amem_message_embeddings"))
+        loaded, embedded = int(count.scalar_one()), int(vectors.scalar_one())
+        backend = store.backend(connection) if embedded else None
+        connection.rollback()
+    return loaded, backend
+
+
 def run(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    # The words of scripts/bench/search.py (its seed), so that its database can be reused.
+    words = vocabulary(random.Random(13))
     rng = random.Random(1)
-    words = vocabulary(rng)
-    with database(kind) as engine:
+    with database(kind, args.sqlite_file) as engine:
         started = time.monotonic()
-        loaded = load(engine, messages(args.total, args.user, words, rng))
-        backend = load_vectors(engine, args.user, args.others, args.dimensions)
+        loaded, backend = stored(engine) if kind == "sqlite" and args.sqlite_file else (0, None)
+        if not loaded:
+            loaded = load(engine, messages(args.total, args.user, words, rng))
+        if backend is None:
+            backend = load_vectors(engine, args.user, args.others, args.dimensions)
         print(f"{kind}: loaded {loaded} messages in {time.monotonic() - started:.0f} s", flush=True)
         semantic = SemanticSearch(
             NoClient(args.dimensions),  # type: ignore[arg-type]
@@ -217,6 +240,10 @@ def main() -> None:
     parser.add_argument("--dialects", default="sqlite,postgres,pgvector")
     parser.add_argument("--e5", default=None, help="an embeddings base URL (…/v1) to time")
     parser.add_argument("--out", default="semantic_search")
+    parser.add_argument(
+        "--sqlite-file",
+        help="keep SQLite's database in this file (search.py's, with vectors added); reused",
+    )
     args = parser.parse_args()
     figures: dict[str, Any] = {
         "total_messages": args.total,
