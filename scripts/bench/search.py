@@ -50,6 +50,7 @@ from app.db.engine import build_engine  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.db.schema import (  # noqa: E402
     SEARCH_BUCKETS,
+    SEARCH_INDEX,
     postgres_bucket_index,
     postgres_bucket_indexes,
 )
@@ -105,11 +106,14 @@ def load(engine: Engine, rows: Iterator[tuple[str, str, str, str, str, datetime]
     dialect = engine.dialect.name
     # A plain connection, outside the engine's guard (its operation deadline would break a
     # bulk load, which runs past it on purpose).
+    mariadb = dialect in ("mysql", "mariadb")
     raw: Any = (
         psycopg.connect(
             engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         )
         if dialect == "postgresql"
+        else engine.raw_connection()
+        if mariadb
         else sqlite3.connect(str(engine.url.database), isolation_level=None)
     )
     count = 0
@@ -118,8 +122,11 @@ def load(engine: Engine, rows: Iterator[tuple[str, str, str, str, str, datetime]
         if dialect == "postgresql":
             for bucket in range(SEARCH_BUCKETS):
                 cursor.execute(f"DROP INDEX {postgres_bucket_index(bucket)}")
+        elif mariadb:  # the FULLTEXT index built after the load, as migration 0006 builds it
+            cursor.execute(f"ALTER TABLE amem_conversation_messages DROP INDEX {SEARCH_INDEX}")
         else:
             cursor.execute("BEGIN")  # the engine leaves pysqlite in autocommit mode
+        mark = "%s" if dialect == "postgresql" or mariadb else "?"
         conversations: dict[str, tuple[str, datetime]] = {}
         batch: list[tuple[str, str, str, str, str, datetime]] = []
 
@@ -135,12 +142,11 @@ def load(engine: Engine, rows: Iterator[tuple[str, str, str, str, str, datetime]
                 cursor.executemany(
                     "INSERT INTO amem_conversation_messages "
                     "(conversation_id, turn_id, role, content, status, created_at) "
-                    "VALUES (?, ?, ?, ?, 'complete', ?)",
+                    f"VALUES ({mark}, {mark}, {mark}, {mark}, 'complete', {mark})",
                     [(c, t, r, body, s) for _u, c, t, r, body, s in batch],
                 )
             batch.clear()
 
-        mark = "%s" if dialect == "postgresql" else "?"
         for row in rows:
             user, conversation, _turn, _role, content, stamp = row
             if conversation not in conversations:
@@ -159,8 +165,14 @@ def load(engine: Engine, rows: Iterator[tuple[str, str, str, str, str, datetime]
             for statement_text in postgres_bucket_indexes():
                 cursor.execute(statement_text)
         raw.commit()
+        if mariadb:
+            cursor.execute(
+                f"ALTER TABLE amem_conversation_messages ADD FULLTEXT INDEX {SEARCH_INDEX} "
+                "(content), ALGORITHM=COPY"
+            )
         with engine.begin() as connection:
-            connection.execute(text("ANALYZE"))
+            if not mariadb:
+                connection.execute(text("ANALYZE"))
     finally:
         raw.close()
     return count
@@ -250,12 +262,19 @@ def explain(engine: Engine, queries: dict[str, list[str]], count: int) -> dict[s
 
 
 @contextmanager
-def database(dialect: str, sqlite_file: str | None = None) -> Iterator[Engine]:
+def database(
+    dialect: str, sqlite_file: str | None = None, postgres_url: str | None = None
+) -> Iterator[Engine]:
     if dialect == "sqlite" and sqlite_file:
         fresh = not Path(sqlite_file).exists()
         engine = build_engine(f"sqlite:///{sqlite_file}")
         if fresh:
             upgrade(engine)
+        yield engine
+        engine.dispose()
+        return
+    if dialect == "postgres" and postgres_url:
+        engine = migrated_engine(postgres_url)
         yield engine
         engine.dispose()
         return
@@ -280,7 +299,9 @@ def earlier(out: str, total: int, user: int) -> dict[str, Any]:
         return {}
     if (figures.get("total_messages"), figures.get("user_messages")) != (total, user):
         return {}
-    return {key: value for key, value in figures.items() if key in ("sqlite", "postgres")}
+    return {
+        key: value for key, value in figures.items() if key in ("sqlite", "postgres", "mariadb")
+    }
 
 
 def main() -> None:
@@ -291,6 +312,10 @@ def main() -> None:
     parser.add_argument("--dialects", default="sqlite,postgres")
     parser.add_argument("--out", default="search", help="results/OUT.json (default: search)")
     parser.add_argument("--explain", type=int, default=0, help="EXPLAIN N queries per class")
+    parser.add_argument(
+        "--postgres-url",
+        help="an existing (empty, or loaded by an earlier run) PostgreSQL database to use and keep",
+    )
     parser.add_argument(
         "--sqlite-file",
         help="keep SQLite's database in this file; a file loaded by an earlier run is reused",
@@ -305,14 +330,14 @@ def main() -> None:
     for dialect in args.dialects.split(","):
         rng = random.Random(13)
         words = vocabulary(rng)
-        reuse = dialect == "sqlite" and args.sqlite_file and Path(args.sqlite_file).exists()
-        with database(dialect, args.sqlite_file) as engine:
+        reuse = (dialect == "sqlite" and args.sqlite_file and Path(args.sqlite_file).exists()) or (
+            dialect == "postgres" and args.postgres_url
+        )
+        with database(dialect, args.sqlite_file, args.postgres_url) as engine:
             began = time.perf_counter()
-            loaded = (
-                stored_messages(engine)
-                if reuse
-                else load(engine, messages(args.total, args.user, words, rng))
-            )
+            loaded = stored_messages(engine) if reuse else 0
+            if not loaded:
+                loaded = load(engine, messages(args.total, args.user, words, rng))
             load_seconds = time.perf_counter() - began
             # Their own generator, so a reused file gets the same queries as a fresh load.
             queries = query_classes(words, random.Random(17), args.queries)
