@@ -23,6 +23,7 @@ from app.db.schema import conversation_messages, conversations
 from app.embeddings import store
 from app.embeddings.client import EmbeddingClient, EmbeddingError
 from app.embeddings.fusion import reciprocal_rank_fusion
+from app.embeddings.owner_cache import OwnerVectors
 from app.embeddings.vectors import Vector
 from app.telemetry import metrics
 
@@ -44,6 +45,7 @@ class SemanticSearch:
         self._backend: store.Backend | None = None
         self._iterative = False
         self._lock = threading.Lock()
+        self.owner_vectors = OwnerVectors()  # the bytes strategy's vectors between searches
 
     async def query_vector(self, query: str) -> Vector | None:
         """The query's vector, or None (counted) when the endpoint cannot give one in time."""
@@ -89,6 +91,7 @@ class SemanticSearch:
                     project=project,
                     exclude_turn_id=exclude_turn_id,
                     iterative=self._iterative,
+                    cache=self.owner_vectors,
                 )
                 connection.rollback()
         except Exception as error:
