@@ -42,6 +42,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import psycopg  # noqa: E402
+import pymysql  # noqa: E402
 from sqlalchemy import Engine, text  # noqa: E402
 
 from app.conversations.search import statement  # noqa: E402
@@ -112,7 +113,14 @@ def load(engine: Engine, rows: Iterator[tuple[str, str, str, str, str, datetime]
             engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         )
         if dialect == "postgresql"
-        else engine.raw_connection()
+        else pymysql.connect(
+            host=engine.url.host,
+            port=engine.url.port or 3306,
+            user=engine.url.username,
+            password=engine.url.password or "",
+            database=engine.url.database,
+            charset="utf8mb4",
+        )
         if mariadb
         else sqlite3.connect(str(engine.url.database), isolation_level=None)
     )

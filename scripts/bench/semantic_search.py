@@ -62,7 +62,14 @@ class NoClient:
 
 
 @contextmanager
-def database(kind: str, sqlite_file: str | None = None) -> Iterator[Engine]:
+def database(
+    kind: str, sqlite_file: str | None = None, postgres_url: str | None = None
+) -> Iterator[Engine]:
+    if kind == "postgres" and postgres_url:
+        engine = migrated_engine(postgres_url)
+        yield engine
+        engine.dispose()
+        return
     if kind == "sqlite" and sqlite_file:
         fresh = not Path(sqlite_file).exists()
         engine = build_engine(f"sqlite:///{sqlite_file}")
@@ -192,9 +199,10 @@ def run(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     # The words of scripts/bench/search.py (its seed), so that its database can be reused.
     words = vocabulary(random.Random(13))
     rng = random.Random(1)
-    with database(kind, args.sqlite_file) as engine:
+    with database(kind, args.sqlite_file, args.postgres_url) as engine:
         started = time.monotonic()
-        loaded, backend = stored(engine) if kind == "sqlite" and args.sqlite_file else (0, None)
+        kept = (kind == "sqlite" and args.sqlite_file) or (kind == "postgres" and args.postgres_url)
+        loaded, backend = stored(engine) if kept else (0, None)
         if not loaded:
             loaded = load(engine, messages(args.total, args.user, words, rng))
         if backend is None:
@@ -240,6 +248,9 @@ def main() -> None:
     parser.add_argument("--dialects", default="sqlite,postgres,pgvector")
     parser.add_argument("--e5", default=None, help="an embeddings base URL (…/v1) to time")
     parser.add_argument("--out", default="semantic_search")
+    parser.add_argument(
+        "--postgres-url", help="a PostgreSQL database (search.py's, vectors added) to keep"
+    )
     parser.add_argument(
         "--sqlite-file",
         help="keep SQLite's database in this file (search.py's, with vectors added); reused",
