@@ -1,8 +1,9 @@
 """An OpenAI-compatible `/v1/embeddings` in front of another one, for recall runs on a slow CPU:
 it remembers each (model, input_type, text)'s vector, so a text the run's baselines embedded is
 not embedded again for the service's worker (the same text and kind give the same vector), and
-sends the texts it has not seen to the endpoint in batches of `--batch` sorted by length (a
-batch is padded to its longest text: LoCoMo's batches of 64 cost several times their words).
+sends the texts it has not seen to the endpoint (several `--upstream`: in parallel) in batches
+of `--batch` sorted by length (a batch is padded to its longest text: LoCoMo's batches of 64
+cost several times their words).
 
     .venv/bin/python scripts/bench/embeddings_cache.py --upstream http://127.0.0.1:8091/v1 \
         [--port 8092] [--batch 8]
@@ -16,6 +17,7 @@ import argparse
 import json
 import threading
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -38,7 +40,7 @@ def embed(upstream: str, body: dict[str, Any], texts: list[str]) -> list[list[fl
     return [item["embedding"] for item in sorted(data, key=lambda item: item["index"])]
 
 
-def handler(upstream: str, batch: int) -> type[BaseHTTPRequestHandler]:
+def handler(upstreams: list[str], batch: int) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -50,14 +52,21 @@ def handler(upstream: str, batch: int) -> type[BaseHTTPRequestHandler]:
             texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
             kind = str(body.get("input_type", ""))
             model = str(body.get("model", ""))
-            with LOCK:  # one batch at a time upstream, as the endpoint itself works
+            with LOCK:  # one request at a time; its batches spread over the endpoints
                 missing = sorted(
                     {text for text in texts if (model, kind, text) not in CACHE}, key=len
                 )
-                for start in range(0, len(missing), batch):
-                    part = missing[start : start + batch]
-                    for text, vector in zip(part, embed(upstream, body, part), strict=True):
-                        CACHE[(model, kind, text)] = vector
+                parts = [missing[start : start + batch] for start in range(0, len(missing), batch)]
+                with ThreadPoolExecutor(len(upstreams)) as pool:
+                    answers = pool.map(
+                        lambda numbered: embed(
+                            upstreams[numbered[0] % len(upstreams)], body, numbered[1]
+                        ),
+                        enumerate(parts),
+                    )
+                    for part, answer in zip(parts, answers, strict=True):
+                        for text, vector in zip(part, answer, strict=True):
+                            CACHE[(model, kind, text)] = vector
                 vectors = [CACHE[(model, kind, text)] for text in texts]
             answer = json.dumps(
                 {
@@ -81,7 +90,12 @@ def handler(upstream: str, batch: int) -> type[BaseHTTPRequestHandler]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--upstream", required=True, help="the endpoint's base URL (…/v1)")
+    parser.add_argument(
+        "--upstream",
+        required=True,
+        action="append",
+        help="an endpoint's base URL (…/v1); several share the batches",
+    )
     parser.add_argument("--port", type=int, default=8092)
     parser.add_argument("--batch", type=int, default=8)
     args = parser.parse_args()
