@@ -310,10 +310,13 @@ def service_hybrid(
         while not (await worker.cycle()).idle:
             pass
 
-    asyncio.run(embed_all())
+    # One event loop for the worker and the queries: the endpoint's client keeps connections
+    # bound to the loop that opened them (a second loop found them closed, and every query
+    # then fell back to words: `unavailable`, then `recent_failure`).
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(embed_all())
     service = ConversationService(engine)
     service.semantic = semantic
-    loop = asyncio.new_event_loop()
 
     def rank(person: Person, question: Question) -> list[str]:
         vector = loop.run_until_complete(semantic.query_vector(question.text))
