@@ -103,6 +103,17 @@ async def measure(
     return samples
 
 
+def fallbacks(url: str) -> dict[str, float]:
+    """The service's searches answered by words alone, by reason (its /metrics)."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("amem_search_semantic_fallback_total{"):
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            counts[reason] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
 def embedding_settings(url: str) -> dict[str, str]:
     if url == "offline":
         return {"EMBEDDING_BASE_URL": "offline"}
@@ -156,12 +167,20 @@ def main() -> None:
     args = parser.parse_args()
     with serving(args) as paths:
         samples = asyncio.run(measure(paths, args.turns, args.block, args.history, args.settle))
+        semantic_url = paths.get("embeddings_recall_on", ("", True))[0]
+        fallen = fallbacks(semantic_url) if args.embeddings else {}
     figures: dict[str, object] = {
         "setup": f"POST /v1/chat, a new conversation per turn, concurrency 1, {args.database}, "
         f"offline model standalone (delay 0), {args.history} earlier matching conversations per "
         "person, recall off vs on (RECALL_MAX_SNIPPETS 3)"
         + (f", embeddings off vs on ({args.embeddings})" if args.embeddings else ""),
     }
+    if args.embeddings:
+        # Every search of the embeddings service (recall's, one per turn with recall on) that
+        # was answered by words alone: the endpoint too slow (`timeout`), skipped after a
+        # failure (`recent_failure`), ...
+        figures["semantic_fallbacks"] = fallen
+        print(f"searches answered by words alone: {fallen}", flush=True)
     for name, measured in samples.items():
         figures[name] = {
             kind: {**summary(values), "p95_ms": round(percentile(values, 0.95), 3)}
