@@ -224,6 +224,8 @@ def fold(word: str) -> str:
 
 
 def _tokens(content: str) -> list[str]:
+    if content.isascii():  # the common case in one C call: the same words as the loop below
+        return _WORD.findall(content.lower())
     return [fold(content[start:end]) for start, end in word_spans(content)]
 
 
@@ -233,8 +235,8 @@ def _occurrences(tokens: list[str], part: str | tuple[str, ...], prefix: bool) -
         return sum(
             1 for at in range(len(tokens) - size + 1) if tuple(tokens[at : at + size]) == part
         )
-    if prefix:
-        return sum(1 for token in tokens if token.startswith(part))
+    if prefix:  # the words that start with it, counted in C (no word holds a space)
+        return (" " + " ".join(tokens)).count(" " + part)
     return tokens.count(part)
 
 

@@ -23,6 +23,7 @@ from app.db.schema import conversation_messages, conversations
 from app.embeddings import store
 from app.embeddings.client import EmbeddingClient, EmbeddingError
 from app.embeddings.fusion import reciprocal_rank_fusion
+from app.embeddings.owner_cache import OwnerVectors
 from app.embeddings.vectors import Vector
 from app.telemetry import metrics
 
@@ -30,13 +31,22 @@ log = structlog.get_logger(__name__)
 
 RETRY_AFTER_SECONDS = 30.0
 DENSE_CANDIDATES = 50  # the nearest messages fused with as many lexical ones
+# The fusion's k: a list's first places weigh clearly more than its tenth (k 60 weighs them
+# nearly alike). Measured on LoCoMo with EMBEDDING_FUSION_WEIGHT (docs/conversation-search.md).
+FUSION_K = 10
 
 
 class SemanticSearch:
     def __init__(
-        self, client: EmbeddingClient, *, query_timeout_seconds: float, engine: Engine
+        self,
+        client: EmbeddingClient,
+        *,
+        query_timeout_seconds: float,
+        engine: Engine,
+        fusion_weight: float = 1.0,
     ) -> None:
         self.client = client
+        self.fusion_weight = fusion_weight  # the nearest list's vote against the words' (1)
         self.config = client.config
         self.query_timeout_seconds = query_timeout_seconds
         self._engine = engine
@@ -44,6 +54,7 @@ class SemanticSearch:
         self._backend: store.Backend | None = None
         self._iterative = False
         self._lock = threading.Lock()
+        self.owner_vectors = OwnerVectors()  # the bytes strategy's vectors between searches
 
     async def query_vector(self, query: str) -> Vector | None:
         """The query's vector, or None (counted) when the endpoint cannot give one in time."""
@@ -89,6 +100,7 @@ class SemanticSearch:
                     project=project,
                     exclude_turn_id=exclude_turn_id,
                     iterative=self._iterative,
+                    cache=self.owner_vectors,
                 )
                 connection.rollback()
         except Exception as error:
@@ -112,7 +124,7 @@ class SemanticSearch:
         dense = self.nearest(user_id, vector, project=project, exclude_turn_id=exclude_turn_id)
         if dense is None:
             return list(lexical[:limit])
-        return fuse(lexical, dense, limit, self._hits(user_id))
+        return fuse(lexical, dense, limit, self._hits(user_id), dense_weight=self.fusion_weight)
 
     def _hits(self, user_id: str) -> Callable[[list[int]], list[SearchHit]]:
         def fetch(ids: list[int]) -> list[SearchHit]:
@@ -146,11 +158,16 @@ def fuse(
     dense: Sequence[int],
     limit: int,
     fetch: Callable[[list[int]], Sequence[SearchHit]],
+    *,
+    dense_weight: float = 1.0,
 ) -> list[SearchHit]:
-    """The best `limit` of both rankings (reciprocal rank fusion), each scored by its fused
-    score; `fetch` reads the hits that only the dense ranking found."""
+    """The best `limit` of both rankings (reciprocal rank fusion, k FUSION_K, the dense list's
+    votes weighted `dense_weight`), each scored by its fused score; `fetch` reads the hits
+    that only the dense ranking found."""
     by_id = {hit.message_id: hit for hit in lexical}
-    order = reciprocal_rank_fusion([list(by_id), list(dense)])[:limit]
+    order = reciprocal_rank_fusion(
+        [list(by_id), list(dense)], k=FUSION_K, weights=[1.0, dense_weight]
+    )[:limit]
     missing = [message_id for message_id, _score in order if message_id not in by_id]
     if missing:
         by_id.update((hit.message_id, hit) for hit in fetch(missing))

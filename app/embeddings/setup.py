@@ -57,7 +57,10 @@ def build_embeddings(
     if client is None:
         return None
     search = SemanticSearch(
-        client, query_timeout_seconds=settings.embedding_query_timeout_seconds, engine=engine
+        client,
+        query_timeout_seconds=settings.embedding_query_timeout_seconds,
+        engine=engine,
+        fusion_weight=settings.embedding_fusion_weight,
     )
     worker = (
         EmbeddingWorker(engine, client, worker_limits(settings))

@@ -60,6 +60,8 @@ def write_results(name: str, figures: dict[str, Any]) -> Path:
         "benchmark": name,
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
+        # The 1, 5 and 15 minute load averages as the run ended: the machine is shared.
+        "load_average": [round(value, 2) for value in os.getloadavg()],
         "figures": figures,
     }
     path.write_text(json.dumps(payload, indent=2) + "\n")

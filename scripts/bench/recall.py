@@ -284,12 +284,18 @@ def dense_baseline(config: dict[str, str]) -> Ranker:
     return rank
 
 
-def service_hybrid(engine: Engine, by_message: dict[int, str], timings: list[float]) -> Ranker:
+def service_hybrid(
+    engine: Engine,
+    by_message: dict[int, str],
+    timings: list[float],
+    rankings: list[dict[str, Any]] | None = None,
+) -> Ranker:
     """The service's own semantic search (app/embeddings/): its worker embeds the stored
     messages through the configured endpoint (EMBEDDING_* settings), then each question is
     searched as a route searches it, the question's vector (whole, as the dense baseline) fused
     with the ranking of its content words; `timings` gets each search's time after the vector
-    arrived (storage, nearest, lexical, fusion, snippets)."""
+    arrived (storage, nearest, lexical, fusion, snippets); `rankings`, when given, gets each
+    question's evidence and its lexical and nearest lists (50 each), to study a fusion."""
     from app.conversations.search import ANY_PROJECT
     from app.embeddings.setup import build_embeddings
     from app.settings import load_settings
@@ -304,10 +310,13 @@ def service_hybrid(engine: Engine, by_message: dict[int, str], timings: list[flo
         while not (await worker.cycle()).idle:
             pass
 
-    asyncio.run(embed_all())
+    # One event loop for the worker and the queries: the endpoint's client keeps connections
+    # bound to the loop that opened them (a second loop found them closed, and every query
+    # then fell back to words: `unavailable`, then `recent_failure`).
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(embed_all())
     service = ConversationService(engine)
     service.semantic = semantic
-    loop = asyncio.new_event_loop()
 
     def rank(person: Person, question: Question) -> list[str]:
         vector = loop.run_until_complete(semantic.query_vector(question.text))
@@ -316,6 +325,17 @@ def service_hybrid(engine: Engine, by_message: dict[int, str], timings: list[flo
             owner_of(person), content_query(question.text), max(KS), None, ANY_PROJECT, vector
         )
         timings.append((time.perf_counter() - began) * 1000)
+        if rankings is not None and vector is not None:  # both lists, for fusion studies
+            lexical = service.ranked(owner_of(person), content_query(question.text), 50)
+            dense = semantic.nearest(owner_of(person), vector) or []
+            rankings.append(
+                {
+                    "person": person.id,
+                    "evidence": sorted(question.evidence),
+                    "lexical": [by_message[hit.message_id] for hit in lexical],
+                    "dense": [by_message[message_id] for message_id in dense],
+                }
+            )
         return [by_message[hit.message_id] for hit in found]
 
     return rank
@@ -362,7 +382,9 @@ def recall(people: Sequence[Person], ranker: Ranker) -> dict[str, float]:
     return {**figures, "any_result": round(answered / total, 4) if total else 0.0}
 
 
-def evaluate(engine: Engine, people: Sequence[Person]) -> dict[str, Any]:
+def evaluate(
+    engine: Engine, people: Sequence[Person], rankings: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """Recall of the service's search and of the baselines over the same stored messages."""
     began = time.perf_counter()
     by_message = ingest(engine, people)
@@ -386,7 +408,7 @@ def evaluate(engine: Engine, people: Sequence[Person]) -> dict[str, Any]:
         figures["search+dense"] = recall(people, fused(search, dense))
         if engine.dialect.name in ("sqlite", "postgresql"):
             hybrid_timings: list[float] = []
-            hybrid = cached(service_hybrid(engine, by_message, hybrid_timings))
+            hybrid = cached(service_hybrid(engine, by_message, hybrid_timings, rankings))
             figures["service_hybrid"] = recall(people, hybrid)
             from scripts.bench._common import percentile as pct
 
@@ -416,6 +438,11 @@ def main() -> None:
     parser.add_argument("--locomo", type=Path, help="LoCoMo's locomo10.json (or its folder)")
     parser.add_argument("--dialects", default="sqlite,postgres,mariadb")
     parser.add_argument("--out", default=None, help="results/OUT.json (default: recall_DATASET)")
+    parser.add_argument(
+        "--rankings",
+        action="store_true",
+        help="also write each question's lexical and nearest lists (results/OUT_DIALECT_rankings)",
+    )
     args = parser.parse_args()
     people = load_locomo(args.locomo) if args.locomo else load_small()
     dataset = "locomo" if args.locomo else "small"
@@ -423,8 +450,12 @@ def main() -> None:
 
     results: dict[str, Any] = {"dataset": dataset}
     for dialect in args.dialects.split(","):
+        rankings: list[dict[str, Any]] | None = [] if args.rankings else None
         with database(dialect) as engine:
-            results[dialect] = evaluate(engine, people)
+            results[dialect] = evaluate(engine, people, rankings)
+        if rankings:
+            name = f"{args.out or f'recall_{dataset}'}_{dialect}_rankings"
+            print("wrote", write_results(name, {"questions": rankings}))
         row = results[dialect]
         print(f"{dialect}: {row['messages']} messages, {row['questions']} questions")
         for name in ("search", "bm25s", "dense", "bm25s+dense", "search+dense", "service_hybrid"):

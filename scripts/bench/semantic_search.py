@@ -62,7 +62,22 @@ class NoClient:
 
 
 @contextmanager
-def database(kind: str) -> Iterator[Engine]:
+def database(
+    kind: str, sqlite_file: str | None = None, postgres_url: str | None = None
+) -> Iterator[Engine]:
+    if kind == "postgres" and postgres_url:
+        engine = migrated_engine(postgres_url)
+        yield engine
+        engine.dispose()
+        return
+    if kind == "sqlite" and sqlite_file:
+        fresh = not Path(sqlite_file).exists()
+        engine = build_engine(f"sqlite:///{sqlite_file}")
+        if fresh:
+            upgrade(engine)
+        yield engine
+        engine.dispose()
+        return
     if kind == "sqlite":
         with tempfile.TemporaryDirectory() as folder:
             engine = build_engine(f"sqlite:///{folder}/bench.db")
@@ -143,14 +158,18 @@ def load_vectors(engine: Engine, user_count: int, others: int, dimensions: int) 
 
 
 def timed(call: Any, runs: int) -> dict[str, float]:
-    samples = []
+    """Wall-clock and this thread's CPU time (SQLite's work too; not PostgreSQL's server's)."""
+    samples, cpu = [], []
     for _ in range(runs):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         call()
         samples.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.thread_time() - started_cpu) * 1000)
     return {
         "p50_ms": round(percentile(samples, 0.5), 2),
         "p95_ms": round(percentile(samples, 0.95), 2),
+        "cpu_p50_ms": round(percentile(cpu, 0.5), 2),
+        "cpu_p95_ms": round(percentile(cpu, 0.95), 2),
     }
 
 
@@ -169,13 +188,29 @@ def e5_query_latency(url: str, runs: int) -> dict[str, float]:
     return timed(ask, runs)
 
 
+def stored(engine: Engine) -> tuple[int, str | None]:
+    """The messages and the vectors' storage of a database an earlier run loaded."""
+    with engine.connect() as connection:
+        count = connection.execute(text("SELECT count(*) FROM amem_conversation_messages"))
+        vectors = connection.execute(text("SELECT count(*) FROM amem_message_embeddings"))
+        loaded, embedded = int(count.scalar_one()), int(vectors.scalar_one())
+        backend = store.backend(connection) if embedded else None
+        connection.rollback()
+    return loaded, backend
+
+
 def run(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    # The words of scripts/bench/search.py (its seed), so that its database can be reused.
+    words = vocabulary(random.Random(13))
     rng = random.Random(1)
-    words = vocabulary(rng)
-    with database(kind) as engine:
+    with database(kind, args.sqlite_file, args.postgres_url) as engine:
         started = time.monotonic()
-        loaded = load(engine, messages(args.total, args.user, words, rng))
-        backend = load_vectors(engine, args.user, args.others, args.dimensions)
+        kept = (kind == "sqlite" and args.sqlite_file) or (kind == "postgres" and args.postgres_url)
+        loaded, backend = stored(engine) if kept else (0, None)
+        if not loaded:
+            loaded = load(engine, messages(args.total, args.user, words, rng))
+        if backend is None:
+            backend = load_vectors(engine, args.user, args.others, args.dimensions)
         print(f"{kind}: loaded {loaded} messages in {time.monotonic() - started:.0f} s", flush=True)
         semantic = SemanticSearch(
             NoClient(args.dimensions),  # type: ignore[arg-type]
@@ -217,6 +252,13 @@ def main() -> None:
     parser.add_argument("--dialects", default="sqlite,postgres,pgvector")
     parser.add_argument("--e5", default=None, help="an embeddings base URL (…/v1) to time")
     parser.add_argument("--out", default="semantic_search")
+    parser.add_argument(
+        "--postgres-url", help="a PostgreSQL database (search.py's, vectors added) to keep"
+    )
+    parser.add_argument(
+        "--sqlite-file",
+        help="keep SQLite's database in this file (search.py's, with vectors added); reused",
+    )
     args = parser.parse_args()
     figures: dict[str, Any] = {
         "total_messages": args.total,

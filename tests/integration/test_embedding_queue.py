@@ -17,13 +17,16 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 
 from app.conversations import repository
+from app.conversations.search import ANY_PROJECT
 from app.conversations.service import ConversationService
 from app.db.schema import embedding_jobs, message_embeddings
 from app.embeddings import store
 from app.embeddings.backfill import backfill
 from app.embeddings.client import build_client
+from app.embeddings.owner_cache import OwnerVectors
 from app.embeddings.semantic import SemanticSearch
 from app.embeddings.setup import build_embeddings
+from app.embeddings.vectors import to_bytes
 from app.embeddings.worker import EmbeddingWorker, WorkerLimits
 from app.erasure.retention import RetentionPolicy, purge
 from app.memory.service import MemoryService
@@ -286,3 +289,58 @@ def test_semantic_search_without_a_model_is_lexical(vector_engine: Engine) -> No
     """Unset EMBEDDING_BASE_URL: nothing is built."""
     assert build_embeddings(settings(vector_engine, embedding_base_url=None), vector_engine) is None
     assert SemanticSearch  # the query side is only built with a model
+
+
+def test_kept_owner_vectors_follow_every_change(vector_engine: Engine) -> None:
+    """The bytes strategy's vectors kept between searches (`OwnerVectors`) give what a fresh
+    read gives: after a message is embedded, after a conversation is deleted, within a project,
+    and never another person's; a re-embedding under the same model name is read again once
+    the entry is older than its age bound."""
+    user, other = f"u-{uuid.uuid4().hex}", f"o-{uuid.uuid4().hex}"
+    project = MemoryService(vector_engine).create_project(user, "Trips").id
+    first = converse(vector_engine, user, "lisbon flights in may", "sunny lisbon")
+    converse(vector_engine, user, "porto wine cellars", "lisbon trams", project_id=project)
+    converse(vector_engine, other, "lisbon flights for someone else")
+    now = [0.0]
+    cache = OwnerVectors(max_age_seconds=60, clock=lambda: now[0])
+    embeddings = build_embeddings(settings(vector_engine), vector_engine)
+    assert embeddings is not None and embeddings.worker is not None
+    semantic = embeddings.search
+    query = asyncio.run(semantic.query_vector("lisbon flights"))
+    assert query is not None
+
+    def nearest(kept: bool, project_id: str | None = ANY_PROJECT) -> list[tuple[int, float]]:
+        with vector_engine.connect() as connection:
+            found = store.nearest(  # pgvector compares in the server: nothing is kept
+                connection,
+                store.backend(connection),
+                user,
+                query,
+                semantic.config.model,
+                10,
+                project=project_id,
+                cache=cache if kept else None,
+            )
+            connection.rollback()
+        return [(message_id, round(score, 5)) for message_id, score in found]
+
+    asyncio.run(drain(embeddings.worker))
+    assert len(nearest(kept=True)) == 4
+    assert nearest(kept=True) == nearest(kept=False)
+    assert nearest(kept=True, project_id=project) == nearest(kept=False, project_id=project)
+    assert nearest(kept=True, project_id=None) == nearest(kept=False, project_id=None)
+    converse(vector_engine, user, "lisbon flights booked")  # a new vector: read again
+    asyncio.run(drain(embeddings.worker))
+    assert len(nearest(kept=True)) == 5 and nearest(kept=True) == nearest(kept=False)
+    with vector_engine.begin() as connection:
+        assert repository.remove(connection, user, first)
+    assert len(nearest(kept=True)) == 3 and nearest(kept=True) == nearest(kept=False)
+    with vector_engine.begin() as connection:  # the same ids and count, other vectors
+        connection.execute(
+            update(message_embeddings)
+            .where(message_embeddings.c.user_id == user)
+            .values(vector=to_bytes(-query))
+        )
+    now[0] = 61.0  # past the age bound: read again
+    assert nearest(kept=True) == nearest(kept=False)
+    asyncio.run(embeddings.aclose())

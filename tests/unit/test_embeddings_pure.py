@@ -5,13 +5,16 @@ not semantic, vectors."""
 from __future__ import annotations
 
 import math
+from datetime import datetime
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.conversations.search import SearchHit
 from app.embeddings.fusion import K, reciprocal_rank_fusion
+from app.embeddings.semantic import fuse
 from app.embeddings.vectors import InvalidVector, checked, from_rows, to_bytes
 from app.offline.embeddings import DIMENSIONS, embed_text, embeddings_body
 
@@ -57,3 +60,29 @@ def test_offline_vectors_are_deterministic_and_find_shared_words_only() -> None:
     status, body = embeddings_body({"input": ["x"], "encoding_format": "base64"})
     assert status == 200 and isinstance(body["data"][0]["embedding"], str)  # type: ignore[index]
     assert embeddings_body({"input": 3})[0] == 400
+
+
+def _hit(message_id: int) -> SearchHit:
+    return SearchHit(message_id, "c", "t", "user", f"m{message_id}", datetime(2026, 1, 1), 1.0)
+
+
+def test_fusion_weighs_the_nearest_list_by_its_setting() -> None:
+    """Weight 0 keeps the words' ranking; a low weight raises what both lists found and puts
+    what only the nearest list found below the words' hits; weight 1 weighs both alike."""
+    lexical = [_hit(index) for index in (1, 2, 3, 4)]
+    dense = [9, 4, 8]
+    fetched: list[list[int]] = []
+
+    def fetch(ids: list[int]) -> list[SearchHit]:
+        fetched.append(ids)
+        return [_hit(message_id) for message_id in ids]
+
+    def order(weight: float) -> list[int]:
+        return [hit.message_id for hit in fuse(lexical, dense, 5, fetch, dense_weight=weight)]
+
+    assert order(0.0)[:4] == [1, 2, 3, 4]
+    assert order(0.2)[0] == 1  # the words' first place holds
+    assert order(0.2).index(4) < order(0.0).index(4)  # found by both: raised
+    assert order(0.2)[-1] == 9  # the nearest list's alone: below every word hit
+    assert order(1.0)[0] == 4  # weighed alike, the message both lists found is first
+    assert all(9 in ids for ids in fetched)  # what only the nearest list found is read
