@@ -1,19 +1,21 @@
 """A busy database is not a hung one, through real uvicorn on every dialect: a burst of turn
-starts far larger than the worker pool, with a start deadline (MEMORY_READ_TIMEOUT_SECONDS)
-much shorter than the burst takes to get through, loses no transcript and no memory: every turn
-waits its turn for a worker (the wait is not the deadline's), stores both its messages and reads
-its memory. A queue that is full is refused clearly (`database_busy`), before any answer."""
+starts far larger than the worker pool, queued behind a worker held for longer than the start
+deadline (MEMORY_READ_TIMEOUT_SECONDS), loses no transcript and no memory: every turn waits its
+turn for a worker (the wait is not the deadline's), stores both its messages and reads its
+memory. A queue that is full is refused clearly (`database_busy`), before any answer."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
+import threading
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import Engine, func, select
 
+from app.db.admission import admitted
 from app.db.schema import conversation_messages, conversations
 from app.main import create_app
 from tests.support.apps import api_settings
@@ -22,11 +24,12 @@ from tests.support.sse import Event, aiter_events, first, names
 from tests.support.tokens import dev_auth
 
 BURST = 150
-# One worker for the whole burst, and a start deadline (3 s: the production 1 s, with room for a
-# starved CPU when the suite shares a two-core machine) far below the time the burst needs to get
-# through it: every late turn would have lost its transcript or memory when the queue counted
-# against the deadline. The test checks that the burst did outlast the deadline.
+# One worker for the whole burst, held for longer than the start deadline (3 s: the production
+# 1 s, with room for a starved CPU when the suite shares a two-core machine) before the burst
+# comes: every turn waits in line past its deadline, and would have lost its transcript or memory
+# if the wait counted against it.
 DEADLINE = 3.0
+HOLD = DEADLINE + 1.0
 BUSY = {
     "db_pool_size": 1,
     "db_pool_max_overflow": 0,
@@ -39,17 +42,6 @@ async def post(client: httpx.AsyncClient, n: int) -> list[Event]:
     """One turn's events; a turn refused before its stream opened (`503 database_busy` with
     Retry-After: the queue filled while its flag was read) reads as that one error event."""
     body = {"message": f"hello number {n}"}
-    started = time.monotonic()
-    try:
-        return await _post(client, n, body)
-    finally:
-        turn_seconds.append(time.monotonic() - started)
-
-
-turn_seconds: list[float] = []
-
-
-async def _post(client: httpx.AsyncClient, n: int, body: dict[str, str]) -> list[Event]:
     async with client.stream("POST", "/v1/chat", json=body, headers=dev_auth(f"user-{n}")) as r:
         if r.status_code == 503:
             assert "retry-after" in r.headers
@@ -65,6 +57,30 @@ async def burst(url: str, count: int) -> list[list[Event]]:
         return await asyncio.gather(*(post(client, n) for n in range(count)))
 
 
+def holding_the_worker(app: FastAPI) -> threading.Event:
+    """A route on `app` that holds one database worker slot for HOLD seconds; the event is set
+    once it holds it."""
+    held = threading.Event()
+
+    async def hold() -> None:
+        async with admitted():
+            held.set()
+            await asyncio.sleep(HOLD)
+
+    app.add_api_route("/test/hold-worker", hold, methods=["POST"])
+    return held
+
+
+async def burst_behind_held_worker(url: str, held: threading.Event) -> list[list[Event]]:
+    limits = httpx.Limits(max_connections=BURST + 1, max_keepalive_connections=BURST + 1)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        holding = asyncio.ensure_future(client.post("/test/hold-worker"))
+        assert await asyncio.to_thread(held.wait, 30), "the worker was never held"
+        results = await asyncio.gather(*(post(client, n) for n in range(BURST)))
+        assert (await holding).status_code == 200
+        return results
+
+
 def count(engine: Engine, table: object) -> int:
     with engine.connect() as connection:
         return int(connection.execute(select(func.count()).select_from(table)).scalar_one())  # type: ignore[arg-type]
@@ -75,10 +91,9 @@ def test_a_burst_of_turns_keeps_every_transcript_and_memory(engine: Engine, db_u
     stored (`transcript: stored`, an id) and memory `available`, and ends with `done`; the
     database holds each turn's user and assistant message."""
     app = create_app(api_settings(db_url, **BUSY))
-    turn_seconds.clear()
+    held = holding_the_worker(app)
     with live_server(app) as url:
-        results = asyncio.run(burst(url, BURST))
-    assert max(turn_seconds) > DEADLINE, "the burst never outlasted the deadline: it proves nothing"
+        results = asyncio.run(burst_behind_held_worker(url, held))
     for events in results:
         start = first(events, "start").data
         assert start["conversation_id"] is not None, start
