@@ -250,6 +250,7 @@ def test_a_database_server_restart_degrades_turns_and_heals(own_server: OwnServe
     finally:
         cluster.start()
         wait_for(lambda: _server_answers(cluster), "the server to start again", seconds=60)
+        service.engine.dispose()  # the harness's own pooled connections died with the server
 
     for key, outcome in during.items():
         assert outcome.answered and outcome.error is None, (key, outcome)
