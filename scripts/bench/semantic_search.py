@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import random
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,15 +36,14 @@ from sqlalchemy import Engine, text  # noqa: E402
 
 from app.conversations.search import ANY_PROJECT  # noqa: E402
 from app.conversations.service import ConversationService  # noqa: E402
-from app.db.engine import build_engine  # noqa: E402
-from app.db.migrate import upgrade  # noqa: E402
 from app.embeddings import store  # noqa: E402
 from app.embeddings.client import EmbeddingConfig  # noqa: E402
 from app.embeddings.semantic import SemanticSearch  # noqa: E402
 from app.embeddings.vectors import pgvector_literal  # noqa: E402
 from scripts.bench._common import percentile, write_results  # noqa: E402
 from scripts.bench.search import USER, load, messages, vocabulary  # noqa: E402
-from tests.support.databases import migrated_engine, postgres_database  # noqa: E402
+from scripts.bench.search import database as search_database  # noqa: E402
+from tests.support.databases import migrated_engine  # noqa: E402
 from tests.support.embedding_servers import pgvector_cluster  # noqa: E402
 
 MODEL = "bench-model"
@@ -65,33 +63,12 @@ class NoClient:
 def database(
     kind: str, sqlite_file: str | None = None, postgres_url: str | None = None
 ) -> Iterator[Engine]:
-    if kind == "postgres" and postgres_url:
-        engine = migrated_engine(postgres_url)
-        yield engine
-        engine.dispose()
-        return
-    if kind == "sqlite" and sqlite_file:
-        fresh = not Path(sqlite_file).exists()
-        engine = build_engine(f"sqlite:///{sqlite_file}")
-        if fresh:
-            upgrade(engine)
-        yield engine
-        engine.dispose()
-        return
-    if kind == "sqlite":
-        with tempfile.TemporaryDirectory() as folder:
-            engine = build_engine(f"sqlite:///{folder}/bench.db")
-            upgrade(engine)
+    """search.py's database for SQLite and PostgreSQL; for pgvector, a pgserver cluster."""
+    if kind != "pgvector":
+        with search_database(kind, sqlite_file, postgres_url) as engine:
             yield engine
-            engine.dispose()
         return
-    if kind == "pgvector":
-        with pgvector_cluster() as url:
-            engine = migrated_engine(url)
-            yield engine
-            engine.dispose()
-        return
-    with postgres_database() as url:
+    with pgvector_cluster() as url:
         engine = migrated_engine(url)
         yield engine
         engine.dispose()
