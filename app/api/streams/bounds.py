@@ -12,7 +12,7 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Send
 
-from app.api.streams.sse import SEND_TIMEOUT_SECONDS, SendTimeoutError, StreamTooLongError
+from app.api.streams.sse import SEND_TIMEOUT_SECONDS, StreamTooLongError, send_within
 from app.identity.tokens import Identity
 from app.settings import Settings
 
@@ -44,10 +44,7 @@ def timed_send(send: Send, seconds: float) -> Send:
     reading holds the response (and its stream slot) no longer than that."""
 
     async def timed(message: Message) -> None:
-        with anyio.move_on_after(seconds) as waited:
-            await send(message)
-        if waited.cancelled_caught:
-            raise SendTimeoutError
+        await send_within(send, message, seconds)
 
     return timed
 

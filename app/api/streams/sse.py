@@ -38,6 +38,15 @@ class SendTimeoutError(TimeoutError):
     reading, and the turn was cancelled."""
 
 
+async def send_within(send: Send, message: Message, seconds: float | None) -> None:
+    """One `send` that raises `SendTimeoutError` past `seconds` (None: no bound): a client that
+    stops reading holds a response no longer than that."""
+    with anyio.move_on_after(seconds) as waited:
+        await send(message)
+    if waited.cancelled_caught:
+        raise SendTimeoutError
+
+
 class StreamTooLongError(TimeoutError):
     """A response still sending at its `max_seconds` (STREAM_MAX_SECONDS): a client reading
     too slowly. The body was closed (the turn cancelled) and the response ends short."""
@@ -126,10 +135,7 @@ class EventStreamResponse(Response):
         async with stop.lock:
             if stop.ended:
                 return
-            with anyio.move_on_after(self.send_timeout) as deadline:
-                await send(message)
-        if deadline.cancelled_caught:
-            raise SendTimeoutError
+            await send_within(send, message, self.send_timeout)
 
     async def _listen(self, receive: Receive, stop: _Stop) -> None:
         try:
