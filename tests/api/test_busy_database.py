@@ -51,12 +51,6 @@ async def post(client: httpx.AsyncClient, n: int) -> list[Event]:
         return [event async for event in aiter_events(r)]
 
 
-async def burst(url: str, count: int) -> list[list[Event]]:
-    limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        return await asyncio.gather(*(post(client, n) for n in range(count)))
-
-
 def holding_the_worker(app: FastAPI) -> threading.Event:
     """A route on `app` that holds one database worker slot for HOLD seconds; the event is set
     once it holds it."""
@@ -71,13 +65,18 @@ def holding_the_worker(app: FastAPI) -> threading.Event:
     return held
 
 
-async def burst_behind_held_worker(url: str, held: threading.Event) -> list[list[Event]]:
-    limits = httpx.Limits(max_connections=BURST + 1, max_keepalive_connections=BURST + 1)
+async def burst(url: str, count: int, held: threading.Event | None = None) -> list[list[Event]]:
+    """`count` simultaneous turns; with `held` (`holding_the_worker`), sent once the worker is
+    held, so that every one of them waits in line."""
+    limits = httpx.Limits(max_connections=count + 1, max_keepalive_connections=count + 1)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        holding = asyncio.ensure_future(client.post("/test/hold-worker"))
-        assert await asyncio.to_thread(held.wait, 30), "the worker was never held"
-        results = await asyncio.gather(*(post(client, n) for n in range(BURST)))
-        assert (await holding).status_code == 200
+        holding = None
+        if held is not None:
+            holding = asyncio.ensure_future(client.post("/test/hold-worker"))
+            assert await asyncio.to_thread(held.wait, 30), "the worker was never held"
+        results = await asyncio.gather(*(post(client, n) for n in range(count)))
+        if holding is not None:
+            assert (await holding).status_code == 200
         return results
 
 
@@ -93,7 +92,7 @@ def test_a_burst_of_turns_keeps_every_transcript_and_memory(engine: Engine, db_u
     app = create_app(api_settings(db_url, **BUSY))
     held = holding_the_worker(app)
     with live_server(app) as url:
-        results = asyncio.run(burst_behind_held_worker(url, held))
+        results = asyncio.run(burst(url, BURST, held))
     for events in results:
         start = first(events, "start").data
         assert start["conversation_id"] is not None, start
